@@ -1,0 +1,15 @@
+"""alphagrad: cheaper Jacobians for JAX functions by cross-country vertex elimination.
+
+    graph = alphagrad.trace(f, *args)            # the computational graph
+    alphagrad.cost(graph, order)                 # multiplications of an elimination order
+    alphagrad.baselines.markowitz(graph)         # classic orders (fwd, rev, Markowitz, ...)
+"""
+
+from alphagrad import baselines, examples
+from alphagrad.engine import cost
+from alphagrad.graph import Graph
+from alphagrad.primitives import UnsupportedPrimitiveError
+from alphagrad.trace import TraceError, trace
+
+__all__ = ["trace", "cost", "baselines", "examples", "Graph", "TraceError", "UnsupportedPrimitiveError"]
+__version__ = "0.1.0"

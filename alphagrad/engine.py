@@ -1,0 +1,189 @@
+"""The elimination engine: vertex elimination on padded arrays, pure, jit- and vmap-able.
+
+Eliminating vertex ``j`` (Griewank & Walter, *Evaluating Derivatives*, 2nd ed., sec.
+9.2) composes, for every predecessor ``i`` and successor ``k``, ``dk/dj . dj/di`` and
+adds it onto the edge ``i -> k``; then ``j`` and its edges are gone. The cost of an order
+is the sum of the multiplications of all those products. Structures are table ids (see
+:mod:`alphagrad.rules`), so one step is a handful of gathers:
+
+    state, mults = eliminate(state, j)
+
+Every consumer (``cost``, the baselines, the search, training and evaluation) uses this
+module. A compiled CPU evaluator of the same tables (:mod:`alphagrad.evaluator`) serves
+local search, where orders are scored one by one at microsecond rates.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from alphagrad import rules as rl
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
+
+#: Default padded vertex limit. Graphs are padded to a multiple of 32 up to it.
+MAX_VERTICES = 1024
+
+
+class GraphTooLargeError(ValueError):
+    """The graph has more vertices than the padded limit."""
+
+
+@struct.dataclass
+class GameState:
+    """One graph in the middle of an elimination.
+
+    Attributes:
+      edges: ``[V, V]`` int32 structure id of edge ``i -> k`` (0: no edge).
+      eliminable: ``[V]`` bool, intermediates not yet eliminated (the legal actions).
+      kinds: ``[V]`` int8, INPUT/INTERMEDIATE/OUTPUT; -1 for padding.
+      compose: ``[S, S]`` int32 rule table (see :mod:`alphagrad.rules`).
+      join: ``[S, S]`` int32 rule table.
+      cost: ``[S, S]`` int32 multiplications per product, in the chosen convention.
+      mults: ``[]`` float32 multiplications spent so far.
+    """
+
+    edges: jax.Array
+    eliminable: jax.Array
+    kinds: jax.Array
+    compose: jax.Array
+    join: jax.Array
+    cost: jax.Array
+    mults: jax.Array
+
+
+def padded_size(n: int, multiple: int = 32) -> int:
+    return -(-n // multiple) * multiple
+
+
+@functools.lru_cache(maxsize=64)
+def _tables_cached(graph: Graph) -> rl.RuleTables:
+    return rl.build_tables(graph.structures)
+
+
+def tables(graph: Graph) -> rl.RuleTables:
+    """The rule tables of ``graph`` (built once per graph and cached)."""
+    return _tables_cached(graph)
+
+
+def encode(
+    graph: Graph,
+    convention: str = "exact",
+    num_vertices: int | None = None,
+    num_structures: int | None = None,
+    max_vertices: int = MAX_VERTICES,
+) -> GameState:
+    """The initial :class:`GameState` of ``graph``, padded.
+
+    Args:
+      graph: a traced graph.
+      convention: ``"exact"`` or ``"published"`` cost model (see :mod:`alphagrad.structure`).
+      num_vertices: pad to this many vertices (default: next multiple of 32).
+      num_structures: pad the rule tables to this many structures (to batch graphs).
+      max_vertices: the limit; larger graphs raise :class:`GraphTooLargeError`.
+    """
+    V = graph.num_vertices
+    if V > max_vertices:
+        raise GraphTooLargeError(
+            f"the graph has {V} vertices, more than the limit of {max_vertices}; pass "
+            f"max_vertices={padded_size(V)} (memory grows as its square) or split the function"
+        )
+    P = num_vertices or padded_size(V)
+    if P < V:
+        raise ValueError(f"num_vertices={P} is smaller than the graph ({V} vertices)")
+    T = tables(graph)
+    S = num_structures or T.size
+    if S < T.size:
+        raise ValueError(f"num_structures={S} is smaller than the graph's {T.size} structures")
+    if convention not in T.cost:
+        raise ValueError(f"unknown cost convention {convention!r}; use one of {sorted(T.cost)}")
+    costs = T.cost[convention]
+    if costs.max(initial=0) >= 2**31:
+        raise OverflowError("a single product costs more than 2**31 multiplications")
+    edges = np.zeros((P, P), np.int32)
+    for e in graph.edges:
+        edges[e.src, e.dst] = T.index(e.structure)
+    kinds = np.full(P, -1, np.int8)
+    kinds[:V] = graph.kinds
+    pad = lambda a, fill: np.pad(a, ((0, S - a.shape[0]), (0, S - a.shape[1])), constant_values=fill)
+    return GameState(
+        edges=jnp.asarray(edges),
+        eliminable=jnp.asarray(kinds == INTERMEDIATE),
+        kinds=jnp.asarray(kinds),
+        compose=jnp.asarray(pad(T.compose, rl.INVALID)),
+        join=jnp.asarray(pad(T.join, rl.INVALID)),
+        cost=jnp.asarray(pad(costs.astype(np.int32), 0)),
+        mults=jnp.zeros((), jnp.float32),
+    )
+
+
+def vertex_costs(state: GameState) -> jax.Array:
+    """``[V]`` int32: the multiplications of eliminating each vertex now (its Markowitz
+    degree in the cost model); 0 for vertices that are not eliminable."""
+    E = state.edges
+    # cost[E[j, k], E[i, j]] summed over i, k, for every j.
+    c = state.cost[E[:, None, :], E.T[:, :, None]]  # [j, i, k]
+    return jnp.where(state.eliminable, c.sum(axis=(1, 2)), 0)
+
+
+def eliminate(state: GameState, vertex: jax.Array) -> tuple[GameState, jax.Array]:
+    """Eliminates ``vertex``; returns the new state and the multiplications it cost.
+
+    Eliminating a vertex that is not eliminable (an input, an output, padding or an
+    eliminated vertex) changes nothing and costs 0.
+    """
+    E = state.edges
+    legal = state.eliminable[vertex]
+    into = jnp.where(legal, E[:, vertex], 0)  # [V] structure of i -> vertex
+    out_of = jnp.where(legal, E[vertex, :], 0)  # [V] structure of vertex -> k
+    products = state.compose[out_of[None, :], into[:, None]]  # [i, k]
+    mults = state.cost[out_of[None, :], into[:, None]].sum()
+    new = state.join[E, products]
+    keep = ~(jnp.arange(E.shape[0]) == vertex) | ~legal
+    new = jnp.where(keep[:, None] & keep[None, :], new, 0)
+    state = state.replace(
+        edges=new,
+        eliminable=state.eliminable.at[vertex].set(False),
+        mults=state.mults + mults.astype(jnp.float32),
+    )
+    return state, mults
+
+
+def eliminate_all(state: GameState, order: jax.Array) -> tuple[GameState, jax.Array]:
+    """Eliminates ``order`` (``[N]`` int32) in turn; returns the state and ``[N]`` costs."""
+    return jax.lax.scan(eliminate, state, order)
+
+
+_eliminate_all_jit = jax.jit(eliminate_all)
+
+
+def cost(graph: Graph, order, convention: str = "exact") -> int:
+    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order``.
+
+    Args:
+      graph: a traced graph (:func:`alphagrad.trace`).
+      order: every intermediate vertex id exactly once, or ``"fwd"``, ``"rev"``,
+        ``"markowitz"``.
+      convention: ``"exact"`` (what :func:`alphagrad.jacobian` executes; identity and
+        +-1 factors are free) or ``"published"`` (the published AlphaGrad cost model).
+
+    Raises:
+      ValueError: ``order`` is not a permutation of the intermediates.
+    """
+    from alphagrad import baselines
+
+    if isinstance(order, str):
+        order = baselines.by_name(order)(graph)
+    order = graph.check_order(order)
+    if not order:
+        return 0
+    state = encode(graph, convention)
+    _, per_step = _eliminate_all_jit(state, jnp.asarray(order, jnp.int32))
+    per_step = np.asarray(per_step, np.int64)
+    if (per_step < 0).any():
+        raise OverflowError("an elimination step cost 2**31 multiplications or more")
+    return int(per_step.sum())

@@ -1,0 +1,349 @@
+"""From a JAX function to its :class:`~alphagrad.graph.Graph`.
+
+``trace(f, *args)`` runs ``jax.make_jaxpr``, inlines sub-jaxprs (jit, closed_call,
+custom_jvp/custom_vjp, remat), drops what does not depend on an input or does not reach
+an output, merges no-op values into their operand, and gives every remaining value a
+vertex and every differentiable dependency an edge with its Jacobian structure (one rule
+per primitive, in :mod:`alphagrad.primitives`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+import numpy as np
+from jax._src import source_info_util
+
+from alphagrad import primitives as prim
+from alphagrad import structure as st
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Edge, Graph
+
+#: Primitives whose sub-jaxpr is inlined, with the parameter that holds it.
+_INLINE = {
+    "pjit": "jaxpr",
+    "jit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "remat": "jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+    "custom_lin": None,
+}
+
+_CONTROL_FLOW = {
+    "cond": "`lax.cond`/`jnp.where` on traced predicates with branches: use `jnp.where` "
+    "(select) on both branches instead",
+    "while": "`lax.while_loop` (and `fori_loop` with traced bounds): use a Python loop "
+    "or `fori_loop` with static bounds and `unroll=True`",
+    "scan": "`lax.scan` (and `fori_loop` with static bounds): unroll it with a Python "
+    "loop or `unroll=True`",
+}
+
+
+class TraceError(ValueError):
+    """The function or its arguments cannot be turned into a graph."""
+
+
+@dataclasses.dataclass
+class Step:
+    """One primitive application of the program: reads slots, writes slots."""
+
+    equation: prim.Equation
+    inputs: tuple  # slot id per operand, or ("literal", value)
+    outputs: tuple  # slot id per result
+
+
+@dataclasses.dataclass
+class Program:
+    """What the interpreter needs to evaluate a traced function.
+
+    ``steps`` compute every slot from the input slots; ``slot_vertex`` maps slots that
+    are vertices to their vertex id; ``edge_sources`` lists, per edge ``(src, dst)``, the
+    (step, operand, result) local Jacobians summed into it (several when an operand is
+    used twice, as in ``x * x``); ``output_copies`` maps output vertices that copy another
+    vertex (an output that is also an input or used further) to that vertex.
+    """
+
+    num_slots: int
+    input_slots: tuple
+    steps: list
+    slot_vertex: dict
+    vertex_slot: dict
+    edge_sources: dict
+    output_copies: dict
+    output_slots: tuple
+
+
+def _source(eqn) -> str:
+    try:
+        return source_info_util.summarize(eqn.source_info)
+    except Exception:  # pragma: no cover - depends on JAX internals
+        return "unknown"
+
+
+def _check_args(f, args):
+    if not callable(f):
+        raise TypeError(f"alphagrad.trace expects a callable function, got {type(f).__name__}")
+    leaves, _ = jax.tree_util.tree_flatten(args)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int, bool)):
+            raise TypeError(
+                f"argument {jax.tree_util.keystr(path)} is a {type(leaf).__name__}; "
+                f"alphagrad traces functions of arrays (or pytrees of arrays): pass example "
+                f"values such as jnp.zeros(shape)"
+            )
+    if not leaves:
+        raise TypeError("alphagrad.trace needs at least one example argument")
+
+
+def trace(f, *args) -> Graph:
+    """Traces ``f(*args)`` into its computational graph.
+
+    Args:
+      f: a JAX function of arrays (pytrees allowed, several positional arguments).
+      *args: example arguments; only their shapes and dtypes matter.
+
+    Returns:
+      The :class:`Graph`: every float array the function computes from its inputs and
+      that reaches an output is a vertex; each edge carries the structure of its local
+      Jacobian.
+
+    Raises:
+      TypeError: ``f`` is not callable or an argument is not an array.
+      TraceError: no output depends on an input, or an output is an integer.
+      alphagrad.primitives.UnsupportedPrimitiveError: a primitive without a Jacobian
+        rule (named, with the source line), including control flow.
+    """
+    _check_args(f, args)
+    closed, out_shape = jax.make_jaxpr(f, return_shape=True)(*args)
+    in_leaves, in_tree = jax.tree_util.tree_flatten(args)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
+    builder = _Builder()
+    input_slots = []
+    for leaf, var in zip(in_leaves, closed.jaxpr.invars):
+        slot = builder.new_slot(var.aval)
+        input_slots.append(slot)
+        if prim.is_float(var.aval.dtype):
+            builder.vertex_of[slot] = builder.new_vertex(slot, INPUT, "input")
+    out_slots = builder.inline(closed.jaxpr, list(closed.consts), input_slots)
+    return builder.finish(tuple(input_slots), out_slots, in_tree, out_tree)
+
+
+class _Builder:
+    def __init__(self):
+        self.avals: list = []  # per slot
+        self.steps: list[Step] = []
+        self.vertex_of: dict[int, int] = {}  # slot -> provisional vertex
+        self.vertex_slot: list[int] = []
+        self.vertex_kind: list[int] = []
+        self.vertex_source: list[str] = []
+        self.edges: dict[tuple, list] = {}  # (src, dst) -> [(structure, step, argnum, outnum)]
+
+    def new_slot(self, aval) -> int:
+        self.avals.append(aval)
+        return len(self.avals) - 1
+
+    def new_vertex(self, slot, kind, source) -> int:
+        self.vertex_slot.append(slot)
+        self.vertex_kind.append(kind)
+        self.vertex_source.append(source)
+        return len(self.vertex_slot) - 1
+
+    # ------------------------------------------------------------------ inlining
+    def inline(self, jaxpr, consts, in_slots) -> list:
+        env: dict = {}
+        for var, c in zip(jaxpr.constvars, consts):
+            env[var] = ("literal", c)
+        for var, slot in zip(jaxpr.invars, in_slots):
+            env[var] = slot
+
+        def read(atom):
+            if isinstance(atom, jex.core.Literal):
+                return ("literal", atom.val)
+            return env[atom]
+
+        for eqn in jaxpr.eqns:
+            name = eqn.primitive.name
+            ins = [read(a) for a in eqn.invars]
+            if name in _INLINE and _INLINE[name] is not None:
+                sub = eqn.params[_INLINE[name]]
+                if isinstance(sub, jex.core.ClosedJaxpr):
+                    outs = self.inline(sub.jaxpr, list(sub.consts), ins)
+                else:
+                    outs = self.inline(sub, [], ins)
+                for var, o in zip(eqn.outvars, outs):
+                    env[var] = o
+                continue
+            outs = self.apply(eqn, ins)
+            for var, o in zip(eqn.outvars, outs):
+                env[var] = o
+        return [read(a) for a in jaxpr.outvars]
+
+    def apply(self, eqn, ins) -> list:
+        name = eqn.primitive.name
+        source = _source(eqn)
+        in_avals = [a.aval for a in eqn.invars]
+        e = prim.Equation(
+            primitive=eqn.primitive,
+            params=dict(eqn.params),
+            in_shapes=tuple(tuple(a.shape) for a in in_avals),
+            in_dtypes=tuple(a.dtype for a in in_avals),
+            in_literals=tuple(i[1] if isinstance(i, tuple) else None for i in ins),
+            out_shapes=tuple(tuple(v.aval.shape) for v in eqn.outvars),
+            out_dtypes=tuple(v.aval.dtype for v in eqn.outvars),
+            source=source,
+        )
+        # A no-op (same-dtype conversion, copy, same-shape reshape) is its operand.
+        if len(ins) >= 1 and len(eqn.outvars) == 1 and self._is_noop(e):
+            return [ins[0]]
+        outs = [self.new_slot(v.aval) for v in eqn.outvars]
+        step = len(self.steps)
+        self.steps.append(Step(e, tuple(ins), tuple(outs)))
+        live = [
+            (k, self.vertex_of[i]) for k, i in enumerate(ins)
+            if not isinstance(i, tuple) and i in self.vertex_of
+        ]
+        if not live:
+            return outs  # constant: folded, no vertex
+        if name in _CONTROL_FLOW:
+            raise prim.UnsupportedPrimitiveError(
+                f"control flow `{name}` at {source} is not supported: {_CONTROL_FLOW[name]}"
+            )
+        per_out: dict[int, list] = {}
+        for argnum, src in live:
+            for outnum, s in enumerate(prim.structures(e, argnum)):
+                if s is not None:
+                    per_out.setdefault(outnum, []).append((src, s, argnum))
+        for outnum, incoming in per_out.items():
+            v = self.new_vertex(outs[outnum], INTERMEDIATE, f"{name} at {source}")
+            self.vertex_of[outs[outnum]] = v
+            for src, s, argnum in incoming:
+                self.edges.setdefault((src, v), []).append((s, step, argnum, outnum))
+        return outs
+
+    @staticmethod
+    def _is_noop(e: prim.Equation) -> bool:
+        same = e.in_shapes[0] == e.out_shapes[0] and e.in_dtypes[0] == e.out_dtypes[0]
+        if e.name in ("copy", "copy_p", "convert_element_type", "reduce_precision"):
+            return same and (e.name != "reduce_precision" or True)
+        if e.name in ("reshape", "squeeze") and len(e.in_shapes) == 1:
+            return same
+        if e.name == "broadcast_in_dim" and len(e.in_shapes) == 1:
+            return same and tuple(e.params["broadcast_dimensions"]) == tuple(range(len(e.out_shapes[0])))
+        if e.name == "transpose":
+            return tuple(e.params["permutation"]) == tuple(range(len(e.in_shapes[0])))
+        return False
+
+    # ------------------------------------------------------------------ finishing
+    def finish(self, input_slots, out_slots, in_tree, out_tree) -> Graph:
+        succ: dict[int, set] = {}
+        for (a, b) in self.edges:
+            succ.setdefault(a, set()).add(b)
+        output_vertex: list[int] = []
+        copies: dict[int, int] = {}
+        taken: set = set()
+        for k, o in enumerate(out_slots):
+            aval = self.avals[o] if not isinstance(o, tuple) else jax.core.get_aval(o[1])
+            if not prim.is_float(aval.dtype):
+                raise TraceError(
+                    f"output {k} has dtype {aval.dtype}: Jacobians need float outputs "
+                    f"(as for jax.jacrev); return floats or drop that output"
+                )
+            v = None if isinstance(o, tuple) else self.vertex_of.get(o)
+            if v is None:  # a constant output: its Jacobian is zero
+                slot = o if not isinstance(o, tuple) else None
+                nv = self.new_vertex(slot, OUTPUT, "constant output")
+                output_vertex.append(nv)
+                continue
+            if self.vertex_kind[v] == INPUT or v in taken or succ.get(v):
+                nv = self.new_vertex(o, OUTPUT, f"copy of vertex for output {k}")
+                shape = tuple(aval.shape)
+                self.edges[(v, nv)] = [(st.diagonal(shape, value=False), None, None, None)]
+                copies[nv] = v
+                output_vertex.append(nv)
+            else:
+                self.vertex_kind[v] = OUTPUT
+                output_vertex.append(v)
+            taken.add(v)
+        outs = set(output_vertex)
+        if not any(b in outs for (_, b) in self.edges):
+            raise TraceError(
+                "no output of the function depends on any (float) input, so its Jacobian is "
+                "zero and there is nothing to eliminate; check that the function uses its "
+                "arguments"
+            )
+        # Keep vertices that reach an output (inputs and outputs always stay).
+        preds: dict[int, set] = {}
+        for (a, b) in self.edges:
+            preds.setdefault(b, set()).add(a)
+        alive = set(outs)
+        stack = list(outs)
+        while stack:
+            v = stack.pop()
+            for p in preds.get(v, ()):
+                if p not in alive:
+                    alive.add(p)
+                    stack.append(p)
+        kept = [
+            v for v in range(len(self.vertex_slot))
+            if self.vertex_kind[v] == INPUT or v in alive
+        ]
+        inputs = [v for v in kept if self.vertex_kind[v] == INPUT]
+        others = [v for v in kept if self.vertex_kind[v] != INPUT]
+        new_id = {v: k for k, v in enumerate(inputs + others)}
+        order = inputs + others
+        shapes, dtypes = [], []
+        for v in order:
+            slot = self.vertex_slot[v]
+            if slot is None:  # constant output of a literal
+                o = out_slots[output_vertex.index(v)]
+                aval = jax.core.get_aval(o[1])
+            else:
+                aval = self.avals[slot]
+            shapes.append(tuple(aval.shape))
+            dtypes.append(str(aval.dtype))
+        edges = []
+        edge_sources = {}
+        for (a, b), items in self.edges.items():
+            if a not in new_id or b not in new_id:
+                continue
+            s = items[0][0]
+            for other, *_ in items[1:]:
+                s = st.join(s, other)
+            edges.append(Edge(new_id[a], new_id[b], s))
+            edge_sources[(new_id[a], new_id[b])] = tuple((i[1], i[2], i[3]) for i in items if i[1] is not None)
+        edges.sort(key=lambda e: (e.dst, e.src))
+        slot_vertex = {self.vertex_slot[v]: new_id[v] for v in kept if self.vertex_slot[v] is not None and v not in copies}
+        program = Program(
+            num_slots=len(self.avals),
+            input_slots=input_slots,
+            steps=self.steps,
+            slot_vertex=slot_vertex,
+            vertex_slot={new_id[v]: self.vertex_slot[v] for v in kept},
+            edge_sources=edge_sources,
+            output_copies={new_id[c]: new_id[v] for c, v in copies.items() if v in new_id},
+            output_slots=tuple(out_slots),
+        )
+        in_vertex = tuple(
+            new_id[self.vertex_of[s]] if s in self.vertex_of and self.vertex_of[s] in new_id else -1
+            for s in input_slots
+        )
+        return Graph(
+            shapes=tuple(shapes),
+            dtypes=tuple(dtypes),
+            kinds=tuple(self.vertex_kind[v] for v in order),
+            edges=tuple(edges),
+            sources=tuple(self.vertex_source[v] for v in order),
+            input_vertices=in_vertex,
+            output_vertices=tuple(new_id[v] for v in output_vertex),
+            in_tree=in_tree,
+            out_tree=out_tree,
+            program=program,
+        )
