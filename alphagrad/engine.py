@@ -121,32 +121,125 @@ def encode(
     )
 
 
-def vertex_costs(state: GameState) -> jax.Array:
+#: Predecessors and successors are processed in blocks of this many (any degree works;
+#: a block costs BLOCK**2 table look-ups, a vertex of degree d costs ceil(d/BLOCK) blocks).
+BLOCK = 16
+
+
+def _blocks(mask: jax.Array, block: int):
+    """Indices of the set entries of ``mask``, as ``ceil(count/block)`` blocks of ``block``.
+
+    Returns ``(count_blocks, take)`` where ``take(c)`` gives block ``c``'s indices padded
+    with ``len(mask)`` (an out-of-range index: gathers fill 0, scatters drop). A scatter
+    of ranks, which is much faster under vmap than ``jnp.nonzero``.
+    """
+    n = mask.shape[0]
+    rank = jnp.cumsum(mask) - 1
+
+    def take(c):
+        pos = rank - c * block
+        slot = jnp.where(mask & (pos >= 0) & (pos < block), pos, block)
+        idx = jnp.full((block + 1,), n, jnp.int32)
+        return idx.at[slot].set(jnp.arange(n, dtype=jnp.int32))[:block]
+
+    return (mask.sum() + block - 1) // block, take
+
+
+def _get(a: jax.Array, idx: jax.Array) -> jax.Array:
+    return a.at[idx].get(mode="fill", fill_value=0)
+
+
+def _block_step(c, carry, into, out_of, compose, join, cost, block, update):
+    """Adds the products of block ``c`` of (predecessor, successor) pairs."""
+    E, total = carry
+    n_pred, take_pred = _blocks(into != 0, block)
+    n_succ, take_succ = _blocks(out_of != 0, block)
+    n_succ = jnp.maximum(n_succ, 1)
+    p = take_pred(c // n_succ)
+    s = take_succ(c % n_succ)
+    a = _get(out_of, s)  # [D] structure of vertex -> k
+    b = _get(into, p)  # [D] structure of i -> vertex
+    total = total + cost[a[None, :], b[:, None]].sum()
+    if update:
+        prod = compose[a[None, :], b[:, None]]
+        old = E.at[p[:, None], s[None, :]].get(mode="fill", fill_value=0)
+        E = E.at[p[:, None], s[None, :]].set(join[old, prod], mode="drop")
+    return E, total
+
+
+def _num_blocks(into, out_of, block):
+    return _blocks(into != 0, block)[0] * _blocks(out_of != 0, block)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _pairs_fn(block: int, update: bool):
+    """``(E, into, out_of, compose, join, cost) -> (E, mults)`` over all pairs, in blocks.
+
+    One block (``block`` predecessors x ``block`` successors) covers almost every
+    elimination; larger degrees take more blocks in a loop. Under ``vmap`` a loop with a
+    per-element trip count would select the whole batch of edge matrices element by
+    element on every step, so the batching rule loops to the largest block count of the
+    batch (blocks past an element's own count select no pair and change nothing).
+    """
+
+    def run(carry, blocks, body):
+        return jax.lax.fori_loop(1, blocks, body, body(0, carry))
+
+    def single(E, *args):
+        body = lambda c, carry: _block_step(c, carry, *args, block, update)
+        return run((E, jnp.zeros((), jnp.int32)), _num_blocks(args[0], args[1], block), body)
+
+    f = jax.custom_batching.custom_vmap(single)
+
+    @f.def_vmap
+    def batched(axis_size, in_batched, E, *args):
+        E, *args = [
+            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+            for x, b in zip((E,) + args, in_batched)
+        ]
+        step = lambda c, carry, *a: _block_step(c, carry, *a, block, update)
+        body = lambda c, carry: jax.vmap(step, in_axes=(None, 0) + (0,) * len(args))(c, carry, *args)
+        blocks = jax.vmap(lambda i, o: _num_blocks(i, o, block))(args[0], args[1]).max()
+        return run((E, jnp.zeros((axis_size,), jnp.int32)), blocks, body), (True, True)
+
+    return f
+
+
+def _pairs(state: GameState, into, out_of, block: int, update: bool):
+    """Visits every (predecessor, successor) pair of a vertex with edges ``into`` and
+    ``out_of``; returns the edge matrix with every product added onto its edge (if
+    ``update``) and the total multiplications."""
+    return _pairs_fn(block, update)(state.edges, into, out_of, state.compose, state.join, state.cost)
+
+
+def vertex_costs(state: GameState, block: int = BLOCK) -> jax.Array:
     """``[V]`` int32: the multiplications of eliminating each vertex now (its Markowitz
     degree in the cost model); 0 for vertices that are not eliminable."""
     E = state.edges
-    # cost[E[j, k], E[i, j]] summed over i, k, for every j.
-    c = state.cost[E[:, None, :], E.T[:, :, None]]  # [j, i, k]
-    return jnp.where(state.eliminable, c.sum(axis=(1, 2)), 0)
+
+    def one(j):
+        into = jnp.where(state.eliminable[j], E[:, j], 0)
+        return _pairs(state, into, E[j, :], block, update=False)[1]
+
+    return jax.vmap(one)(jnp.arange(E.shape[0]))
 
 
-def eliminate(state: GameState, vertex: jax.Array) -> tuple[GameState, jax.Array]:
+def eliminate(state: GameState, vertex: jax.Array, block: int = BLOCK) -> tuple[GameState, jax.Array]:
     """Eliminates ``vertex``; returns the new state and the multiplications it cost.
 
-    Eliminating a vertex that is not eliminable (an input, an output, padding or an
-    eliminated vertex) changes nothing and costs 0.
+    Work grows with in-degree x out-degree of ``vertex`` (in blocks of ``block``), not
+    with the square of the graph size. Eliminating a vertex that is not eliminable (an
+    input, an output, padding or an eliminated vertex) changes nothing and costs 0.
     """
     E = state.edges
     legal = state.eliminable[vertex]
     into = jnp.where(legal, E[:, vertex], 0)  # [V] structure of i -> vertex
-    out_of = jnp.where(legal, E[vertex, :], 0)  # [V] structure of vertex -> k
-    products = state.compose[out_of[None, :], into[:, None]]  # [i, k]
-    mults = state.cost[out_of[None, :], into[:, None]].sum()
-    new = state.join[E, products]
-    keep = ~(jnp.arange(E.shape[0]) == vertex) | ~legal
-    new = jnp.where(keep[:, None] & keep[None, :], new, 0)
+    out_of = E[vertex, :]  # [V] structure of vertex -> k
+    E, mults = _pairs(state, into, out_of, block, update=True)
+    E = E.at[vertex, :].set(jnp.where(legal, 0, out_of))
+    E = E.at[:, vertex].set(jnp.where(legal, 0, E[:, vertex]))
     state = state.replace(
-        edges=new,
+        edges=E,
         eliminable=state.eliminable.at[vertex].set(False),
         mults=state.mults + mults.astype(jnp.float32),
     )

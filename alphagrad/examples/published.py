@@ -37,12 +37,14 @@ def _scalar(value: float) -> jax.Array:
 def _weak_scalar(value: float) -> jax.Array:
     """A 0-d weakly typed float32 array (a Python float turned into an array).
 
-    The reference passes layer-norm gains and biases as Python floats, so the
-    traced program converts them to strong float32 (one ``convert_element_type``
-    each). A weakly typed input reproduces that.
+    In the published MLP and Encoder graphs each layer-norm gain and bias passes
+    through one dtype conversion. A weakly typed input reproduces that: jnp
+    converts it to strong float32 when it meets the float32 activations (a
+    strongly typed input would drop those ``convert_element_type`` ops).
     """
     out = jnp.asarray(float(value))
-    assert out.dtype == _F32
+    if out.dtype != _F32:  # 64-bit mode: Python floats become float64
+        out = jnp.asarray(value, dtype=_F32)
     return out
 
 
