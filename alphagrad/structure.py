@@ -366,3 +366,74 @@ def to_dense(s: Structure, value=None, xp=np):
     idx = tuple(grid[first[v]] for v in s.value_vars)
     vals = value[idx] if idx else xp.broadcast_to(value, shape)
     return xp.where(xp.asarray(mask), vals, xp.zeros((), value.dtype))
+
+
+# --------------------------------------------------------------------------------------
+# Values: what the interpreter executes for a product and a sum.
+
+
+def product_value(p: Product, a_value, b_value, xp=None):
+    """The value tensor of a product ``a . b`` (see :func:`compose`), or None.
+
+    Args:
+      p: the product (from :func:`compose` or the rule tables).
+      a_value, b_value: the factors' value tensors (None for a factor without value).
+
+    Returns:
+      ``(value, multiplications)``: the result's value tensor (None if it has none) and
+      the scalar multiplications this function issued, counted from the operand shapes
+      of the einsum it emitted (plus one per entry when it scales by a constant).
+    """
+    import jax.numpy as jnp
+
+    xp = xp or jnp
+    la, lb, lout = p.einsum
+    if lout is None:
+        return None, 0
+    sizes: dict = {}
+    mults = 0
+    operands = [(v, l) for v, l in ((a_value, la), (b_value, lb)) if l is not None]
+    for v, labels in operands:
+        for n, lab in zip(v.shape, labels):
+            sizes[lab] = n
+    if len(operands) == 2:
+        value = xp.einsum(a_value, list(la), b_value, list(lb), list(lout))
+        mults += math.prod(sizes.values())
+    elif len(operands) == 1:
+        v, labels = operands[0]
+        value = xp.einsum(v, list(labels), list(lout))
+    else:
+        value = xp.asarray(float(p.scale))
+        return value, 0
+    if abs(p.scale) != 1:
+        value = value * float(abs(p.scale))
+        mults += math.prod(value.shape)
+    if p.scale < 0:
+        value = -value
+    return value, mults
+
+
+def embed_value(src: Structure, value, dst: Structure, xp=None):
+    """``value`` of ``src`` re-expressed in the layout of the less sparse ``dst``.
+
+    Deltas of ``src`` that ``dst`` does not have become 0/1 entries; replicated
+    variables are broadcast. No multiplications.
+    """
+    import jax.numpy as jnp
+
+    xp = xp or jnp
+    if src == dst:
+        return value
+    shape = dst.value_shape
+    gather, masks = embed_index(src, dst)
+    grid = np.indices(shape, sparse=True) if shape else []
+    if src.value_vars is None:
+        vals = xp.asarray(float(src.sign))
+    else:
+        vals = value[tuple(grid[g] for g in gather)] if gather else value
+    mask = np.ones(shape, dtype=bool)
+    for group in masks:
+        for other in group[1:]:
+            mask = mask & (grid[group[0]] == grid[other])
+    dtype = vals.dtype if hasattr(vals, "dtype") else None
+    return xp.where(xp.asarray(mask), xp.broadcast_to(vals, shape), xp.zeros((), dtype))
