@@ -96,7 +96,7 @@ def encode(
     if P < V:
         raise ValueError(f"num_vertices={P} is smaller than the graph ({V} vertices)")
     T = tables(graph)
-    S = num_structures or T.size
+    S = num_structures or padded_size(T.size, 64)  # few distinct shapes: few compiles
     if S < T.size:
         raise ValueError(f"num_structures={S} is smaller than the graph's {T.size} structures")
     if convention not in T.cost:

@@ -389,7 +389,7 @@ def structures(eqn: Equation, argnum: int) -> list:
     if rule is None:
         raise UnsupportedPrimitiveError(
             f"alphagrad has no Jacobian rule for the JAX primitive `{eqn.name}` "
-            f"(created at {eqn.source or 'an unknown place'}). Rewrite that line with "
+            f"(created at {eqn.source}). Rewrite that line with "
             f"supported operations, or open an issue naming the primitive."
         )
     if not is_float(eqn.in_dtypes[argnum]):

@@ -81,11 +81,13 @@ class Program:
     output_slots: tuple
 
 
-def _source(eqn) -> str:
+def _source(eqn, fallback: str = "an unknown place") -> str:
+    """The user's source line of ``eqn`` (that of the enclosing call if it has none)."""
     try:
-        return source_info_util.summarize(eqn.source_info)
-    except Exception:  # pragma: no cover - depends on JAX internals
-        return "unknown"
+        where = source_info_util.summarize(eqn.source_info)
+    except Exception:  # no user frame: an equation inside a library's jitted function
+        where = ""
+    return where or fallback
 
 
 def _check_args(f, args):
@@ -157,7 +159,7 @@ class _Builder:
         return len(self.vertex_slot) - 1
 
     # ------------------------------------------------------------------ inlining
-    def inline(self, jaxpr, consts, in_slots) -> list:
+    def inline(self, jaxpr, consts, in_slots, source: str = "an unknown place") -> list:
         env: dict = {}
         for var, c in zip(jaxpr.constvars, consts):
             env[var] = ("literal", c)
@@ -174,21 +176,22 @@ class _Builder:
             ins = [read(a) for a in eqn.invars]
             if name in _INLINE and _INLINE[name] is not None:
                 sub = eqn.params[_INLINE[name]]
+                where = _source(eqn, source)
                 if isinstance(sub, jex.core.ClosedJaxpr):
-                    outs = self.inline(sub.jaxpr, list(sub.consts), ins)
+                    outs = self.inline(sub.jaxpr, list(sub.consts), ins, where)
                 else:
-                    outs = self.inline(sub, [], ins)
+                    outs = self.inline(sub, [], ins, where)
                 for var, o in zip(eqn.outvars, outs):
                     env[var] = o
                 continue
-            outs = self.apply(eqn, ins)
+            outs = self.apply(eqn, ins, source)
             for var, o in zip(eqn.outvars, outs):
                 env[var] = o
         return [read(a) for a in jaxpr.outvars]
 
-    def apply(self, eqn, ins) -> list:
+    def apply(self, eqn, ins, outer_source) -> list:
         name = eqn.primitive.name
-        source = _source(eqn)
+        source = _source(eqn, outer_source)
         in_avals = [a.aval for a in eqn.invars]
         e = prim.Equation(
             primitive=eqn.primitive,

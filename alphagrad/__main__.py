@@ -1,0 +1,5 @@
+import sys
+
+from alphagrad.cli import main
+
+sys.exit(main())
