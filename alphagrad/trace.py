@@ -95,7 +95,7 @@ def _check_args(f, args):
         raise TypeError(f"alphagrad.trace expects a callable function, got {type(f).__name__}")
     leaves, _ = jax.tree_util.tree_flatten(args)
     for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
-        if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int, bool)):
+        if not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic, float, int, bool)):
             raise TypeError(
                 f"argument {jax.tree_util.keystr(path)} is a {type(leaf).__name__}; "
                 f"alphagrad traces functions of arrays (or pytrees of arrays): pass example "

@@ -1,0 +1,229 @@
+"""Exact Jacobians by executing an elimination order on structured local Jacobians.
+
+``jacobian(f, order)`` returns a function with the signature and output layout of
+``jax.jacrev(f)``. It evaluates ``f``, builds every local partial Jacobian in its
+structured form (a value tensor over the variables the structure keeps, or just a sign),
+eliminates the intermediate vertices in ``order`` with exactly the products the cost model
+counts (one einsum per product in which diagonal pairs share an index; factors without
+value cost nothing), and expands the input->output Jacobians to JAX's dense layout only
+at the end. It is plain JAX, so it composes with ``jax.jit`` and ``jax.vmap``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alphagrad import baselines, engine
+from alphagrad import primitives as prim
+from alphagrad import structure as st
+from alphagrad.graph import Graph
+from alphagrad.trace import trace
+
+
+def _abstract(args):
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
+
+
+def resolve_order(graph: Graph, order) -> list[int]:
+    """An order for ``graph`` from a name, a sequence of vertex ids or a result object.
+
+    Raises ValueError if it is not a permutation of the intermediates, or if it carries
+    the fingerprint of another graph.
+    """
+    if isinstance(order, str):
+        return baselines.by_name(order)(graph)
+    fingerprint = getattr(order, "fingerprint", None)
+    if fingerprint is not None and fingerprint != graph.fingerprint:
+        raise ValueError(
+            f"this order was computed for graph {fingerprint}, but the function traces to "
+            f"graph {graph.fingerprint} with these argument shapes; compute the order for "
+            f"these shapes"
+        )
+    if hasattr(order, "order"):
+        order = order.order
+    return graph.check_order(order)
+
+
+def _edge_values(graph: Graph, slots: dict):
+    """Structure and value of every edge of ``graph`` at the evaluated ``slots``."""
+    program = graph.program
+    read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
+    edges = {}
+    for e in graph.edges:
+        key = (e.src, e.dst)
+        sources = program.edge_sources.get(key, ())
+        if not sources:  # an output copy: identity, no value
+            edges[key] = (e.structure, None)
+            continue
+        total = None
+        for step_id, argnum, outnum in sources:
+            step = program.steps[step_id]
+            s = prim.structures(step.equation, argnum)[outnum]
+            value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
+            if e.structure.value_vars is not None:
+                value = st.embed_value(s, value, e.structure)
+                total = value if total is None else total + value
+        edges[key] = (e.structure, total)
+    return edges
+
+
+def _evaluate(graph: Graph, leaves) -> dict:
+    """Every slot's value, running the traced program on the flattened inputs."""
+    program = graph.program
+    slots = dict(zip(program.input_slots, leaves))
+    read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
+    for step in program.steps:
+        for o, v in zip(step.outputs, step.equation.bind(*[read(r) for r in step.inputs])):
+            slots[o] = v
+    return slots
+
+
+def accumulate(graph: Graph, order: Sequence[int], leaves):
+    """Eliminates ``order`` on the local Jacobians at ``leaves`` (flattened inputs).
+
+    Returns ``(edges, outputs, multiplications)``: the remaining input->output edges as
+    ``{(input, output): (structure, value)}``, the output values, and the scalar
+    multiplications the products issued (counted from the einsums emitted).
+    """
+    tables = engine.tables(graph)
+    slots = _evaluate(graph, leaves)
+    edges = _edge_values(graph, slots)
+    preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
+    succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
+    for i, k in edges:
+        preds[k].add(i)
+        succs[i].add(k)
+    mults = 0
+    for j in order:
+        for i in sorted(preds[j]):
+            sb, vb = edges.pop((i, j))
+            for k in sorted(succs[j]):
+                sa, va = edges[(j, k)]
+                p = tables.products[(tables.index(sa), tables.index(sb))]
+                value, m = st.product_value(p, va, vb)
+                mults += m
+                if (i, k) in edges:
+                    so, vo = edges[(i, k)]
+                    sj = tables.structures[tables.join[tables.index(so), tables.index(p.result)]]
+                    if sj.value_vars is not None:
+                        value = st.embed_value(so, vo, sj) + st.embed_value(p.result, value, sj)
+                    edges[(i, k)] = (sj, value)
+                else:
+                    edges[(i, k)] = (p.result, value)
+                    preds[k].add(i)
+                    succs[i].add(k)
+            succs[i].discard(j)
+        for k in succs[j]:
+            edges.pop((j, k))
+            preds[k].discard(j)
+        preds[j], succs[j] = set(), set()
+    outputs = []
+    for v in graph.output_vertices:
+        slot = graph.program.vertex_slot[v]
+        outputs.append(None if slot is None else slots[slot])
+    return edges, outputs, mults
+
+
+def executed_multiplications(f: Callable, order, *args) -> int:
+    """Scalar multiplications :func:`jacobian` issues for ``order`` on ``f(*args)``.
+
+    Counted from the einsum operands the interpreter emits while it runs (abstractly,
+    without computing), independently of the cost model's tables of costs.
+    """
+    graph = trace(f, *_abstract(args))
+    order = resolve_order(graph, order)
+    count = []
+
+    def run(leaves):
+        count.append(accumulate(graph, order, leaves)[2])
+        return 0
+
+    jax.eval_shape(run, jax.tree_util.tree_leaves(_abstract(args)))
+    return count[0]
+
+
+def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, has_aux: bool = False):
+    """The Jacobian of ``f`` by cross-country elimination in ``order``.
+
+    Args:
+      f: a JAX function (pytrees of float arrays in and out).
+      order: ``"fwd"``, ``"rev"``, ``"markowitz"``, a sequence of vertex ids of
+        ``alphagrad.trace(f, *args)``, or a result object with ``.order``.
+      argnums: which positional arguments to differentiate with respect to.
+      has_aux: ``f`` returns ``(output, aux)``; aux is returned unchanged.
+
+    Returns:
+      A function with the signature and output layout of
+      ``jax.jacrev(f, argnums=argnums, has_aux=has_aux)``. The graph is traced once per
+      argument shapes and dtypes and cached; named orders are computed once per graph.
+    """
+    cache: dict = {}
+    main = (lambda *a: f(*a)[0]) if has_aux else f
+
+    def prepare(args):
+        abstract = _abstract(args)
+        leaves, tree = jax.tree_util.tree_flatten(abstract)
+        key = (tree, tuple((l.shape, str(l.dtype)) for l in leaves))
+        if key not in cache:
+            graph = trace(main, *abstract)
+            cache[key] = (graph, resolve_order(graph, order))
+        return cache[key]
+
+    @functools.wraps(f)
+    def jac(*args):
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        for n in nums:
+            if not -len(args) <= n < len(args):
+                raise ValueError(
+                    f"argnums {argnums!r} is out of range for {len(args)} positional arguments"
+                )
+        nums = tuple(n % len(args) for n in nums)
+        for n in nums:
+            for leaf in jax.tree_util.tree_leaves(args[n]):
+                dtype = jnp.result_type(leaf)
+                if not jnp.issubdtype(dtype, jnp.inexact):
+                    raise TypeError(
+                        f"alphagrad.jacobian requires real-valued inputs (a sub-dtype of "
+                        f"np.inexact) for the arguments it differentiates, but argument {n} "
+                        f"has dtype {dtype}"
+                    )
+        graph, ord_ = prepare(args)
+        leaves = jax.tree_util.tree_leaves(args)
+        edges, outputs, _ = accumulate(graph, ord_, [jnp.asarray(l) for l in leaves])
+        # which flattened leaves belong to which argument
+        offsets = np.cumsum([0] + [len(jax.tree_util.tree_leaves(a)) for a in args])
+        blocks_per_output = []
+        for o, ov in zip(graph.output_vertices, outputs):
+            per_arg = []
+            for n in nums:
+                arg_leaves = []
+                for leaf_id in range(offsets[n], offsets[n + 1]):
+                    iv = graph.input_vertices[leaf_id]
+                    out_shape, in_shape = graph.shapes[o], jnp.shape(leaves[leaf_id])
+                    if iv >= 0 and (iv, o) in edges:
+                        s, v = edges[(iv, o)]
+                        block = st.to_dense(s, v, xp=jnp)
+                    else:
+                        block = jnp.zeros(tuple(out_shape) + tuple(in_shape), _out_dtype(ov, leaves[leaf_id]))
+                    arg_leaves.append(block.astype(_out_dtype(ov, leaves[leaf_id])))
+                arg_tree = jax.tree_util.tree_structure(args[n])
+                per_arg.append(jax.tree_util.tree_unflatten(arg_tree, arg_leaves))
+            blocks_per_output.append(per_arg[0] if isinstance(argnums, int) else tuple(per_arg))
+        result = jax.tree_util.tree_unflatten(graph.out_tree, blocks_per_output)
+        if has_aux:
+            return result, f(*args)[1]
+        return result
+
+    return jac
+
+
+def _out_dtype(out_value, in_leaf):
+    dtypes = [jnp.result_type(in_leaf)]
+    if out_value is not None:
+        dtypes.append(out_value.dtype)
+    return jnp.result_type(*dtypes)
