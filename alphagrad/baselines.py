@@ -56,8 +56,9 @@ def markowitz(graph: Graph, convention: str = "exact") -> list[int]:
     n = len(graph.intermediates)
     if n == 0:
         return []
-    order = _markowitz_scan(engine.encode(graph, convention), n)
-    return [int(v) for v in np.asarray(order)]
+    with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
+        order = _markowitz_scan(engine.encode(graph, convention), n)
+        return [int(v) for v in np.asarray(order)]
 
 
 def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20,

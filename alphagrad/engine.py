@@ -274,9 +274,10 @@ def cost(graph: Graph, order, convention: str = "exact") -> int:
     order = graph.check_order(order)
     if not order:
         return 0
-    state = encode(graph, convention)
-    _, per_step = _eliminate_all_jit(state, jnp.asarray(order, jnp.int32))
-    per_step = np.asarray(per_step, np.int64)
+    with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
+        state = encode(graph, convention)
+        _, per_step = _eliminate_all_jit(state, jnp.asarray(order, jnp.int32))
+        per_step = np.asarray(per_step, np.int64)
     if (per_step < 0).any():
         raise OverflowError("an elimination step cost 2**31 multiplications or more")
     return int(per_step.sum())

@@ -558,6 +558,7 @@ class _Builder:
     def build(self) -> Program:
         spec = self.spec
         n_sizes = self.integer(1, min(3, spec.max_dim))
+        # Axis sizes come from a few per-program sizes, so that shapes often match.
         sizes = sorted(int(s) for s in self.rng.choice(np.arange(1, spec.max_dim + 1), n_sizes, replace=False))
         input_shapes = tuple(self.random_shape(sizes) for _ in range(spec.num_inputs))
         for shape in input_shapes:
@@ -583,11 +584,11 @@ class _Builder:
                 x = unread[0]  # an input that must be read while there is time
                 op = maker(x, category)
             else:
-                cands = self.candidates()
+                readable = self.candidates()
                 if last:  # the last op reads an op result: at least one intermediate
-                    cands = [v for v in cands if v >= spec.num_inputs]
-                x = None
-                for _ in range(4):
+                    readable = [v for v in readable if v >= spec.num_inputs]
+                cands = [v for v in readable if self.eligible(category, self.shapes[v])]
+                for _ in range(4):  # a few tries before falling back to a unary op
                     if not cands:
                         break
                     x = self.pick(cands)
@@ -596,7 +597,7 @@ class _Builder:
                         break
                     cands = [v for v in cands if v != x]
                 if op is None:
-                    x = self.pick(self.candidates() if not last else [v for v in self.candidates() if v >= spec.num_inputs])
+                    x = self.pick(readable)
             if op is None:
                 op = self.make_unary(x, "elementwise_unary")
             self.record(op)
@@ -652,6 +653,17 @@ class _Builder:
         return tuple(sorted(chosen))
 
     # ------------------------------------------------------------------ categories
+    def eligible(self, category: str, shape: tuple) -> bool:
+        """Whether an operation of ``category`` may read a value of ``shape`` (a cheap
+        necessary condition; the maker may still find no partner)."""
+        if category in ("dot", "reduction"):
+            return len(shape) >= 1
+        if category == "broadcast":
+            return len(shape) < self.spec.max_rank or (1 in shape and self.spec.max_dim >= 2)
+        if category == "reshape":
+            return self.spec.max_rank >= 1
+        return True
+
     def make_unary(self, x, category):
         names = list(_UNARY)
         name = self.choice(names, [_UNARY[n][2] for n in names])
@@ -744,6 +756,10 @@ class _Builder:
                 partners = [x] if self._dot_plans(a, a) else []
         if not partners:
             return None
+        # Prefer partners that keep a non-scalar result, so dots do not collapse to scalars.
+        keeping = [v for v in partners if len(a) + len(self.shapes[v]) - 2 > 0]
+        if keeping and len(keeping) < len(partners) and self.random() < 0.8:
+            partners = keeping
         y = self.pick(partners)
         b = self.shapes[y]
         plans = self._dot_plans(a, b)

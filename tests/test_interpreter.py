@@ -1,0 +1,140 @@
+"""alphagrad.jacobian equals jax.jacrev for every order, and executes exactly the
+multiplications the cost model predicts."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import alphagrad as ag
+from alphagrad import baselines
+from alphagrad.interpreter import executed_multiplications, jacobian
+
+TOL = {jnp.float32: dict(rtol=2e-4, atol=2e-5), jnp.float64: dict(rtol=1e-9, atol=1e-11)}
+
+
+def _assert_trees_close(got, want, dtype=jnp.float32):
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), **TOL[dtype])
+
+
+FAST = ["RoeFlux_1d", "RobotArm_6DOF", "HumanHeartDipole", "PropaneCombustion", "MLP"]
+SLOW = ["RoeFlux_3d", "BlackScholes_Jacobian", "Encoder", "RandomF", "RandomG"]
+
+
+def _check_example(name, orders):
+    ex = ag.examples.get(name)
+    g = ag.trace(ex.fn, *ex.args)
+    argnums = tuple(range(len(ex.args)))
+    want = jax.jit(jax.jacrev(ex.fn, argnums=argnums))(*ex.args)
+    rng = np.random.default_rng(0)
+    orders = list(orders) + [list(rng.permutation(g.intermediates))]
+    for order in orders:
+        got = jax.jit(jacobian(ex.fn, order, argnums=argnums))(*ex.args)
+        _assert_trees_close(got, want)
+        assert executed_multiplications(ex.fn, order, *ex.args) == ag.cost(g, order)
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_benchmark_functions_fast(name):
+    _check_example(name, ["markowitz"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW)
+def test_benchmark_functions_slow(name):
+    _check_example(name, ["fwd", "rev", "markowitz"])
+
+
+def test_every_benchmark_function_rev_order_matches_jacrev_and_cost():
+    """The fast run covers every benchmark function with the reverse order."""
+    for name in SLOW:
+        ex = ag.examples.get(name)
+        g = ag.trace(ex.fn, *ex.args)
+        argnums = tuple(range(len(ex.args)))
+        got = jax.jit(jacobian(ex.fn, "rev", argnums=argnums))(*ex.args)
+        _assert_trees_close(got, jax.jit(jax.jacrev(ex.fn, argnums=argnums))(*ex.args))
+        assert executed_multiplications(ex.fn, "rev", *ex.args) == ag.cost(g, "rev")
+
+
+def net(params, x, scale):
+    h = jnp.tanh(jnp.einsum("ijk,k->ij", params["T"], x) + params["b"])
+    return {"y": (h @ params["W"]) * scale, "s": jnp.sum(h**2)}, jnp.sin(x)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+@pytest.mark.parametrize("argnums", [0, 1, (0, 2), (2, 1)])
+def test_pytrees_several_args_argnums_ranks_and_dtypes(dtype, argnums):
+    with jax.enable_x64(dtype == jnp.float64):
+        rng = np.random.default_rng(0)
+        params = {
+            "T": jnp.asarray(rng.random((2, 3, 4)), dtype),
+            "b": jnp.asarray(rng.random((2, 3)), dtype),
+            "W": jnp.asarray(rng.random((3, 5)), dtype),
+        }
+        args = (params, jnp.asarray(rng.random(4), dtype), jnp.asarray(1.5, dtype))
+        want = jax.jacrev(net, argnums=argnums)(*args)
+        for order in ("fwd", "rev", "markowitz"):
+            _assert_trees_close(jax.jit(jacobian(net, order, argnums=argnums))(*args), want, dtype)
+
+
+def test_jit_and_vmap_compose_with_per_sample_jacobians():
+    ex = ag.examples.get("RobotArm_6DOF")
+    batch = tuple(jnp.linspace(0.01, 0.3, 7) + k * 0.01 for k in range(len(ex.args)))
+    argnums = tuple(range(len(ex.args)))
+    want = jax.vmap(jax.jacrev(ex.fn, argnums=argnums))(*batch)
+    got = jax.jit(jax.vmap(jacobian(ex.fn, "markowitz", argnums=argnums)))(*batch)
+    _assert_trees_close(got, want)
+
+
+def test_has_aux_and_scalar_inputs():
+    def f(x, y):
+        z = jnp.sin(x) * y
+        return z**2, {"z": z}
+
+    got, aux = jacobian(f, "fwd", argnums=(0, 1), has_aux=True)(0.3, 0.7)
+    want, aux_want = jax.jacrev(f, argnums=(0, 1), has_aux=True)(0.3, 0.7)
+    _assert_trees_close(got, want)
+    _assert_trees_close(aux, aux_want)
+
+
+def test_graph_is_traced_once_per_shapes():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return jnp.sin(x) * x
+
+    jac = jacobian(f, "rev")
+    jac(jnp.ones(3))
+    n = len(calls)
+    jac(jnp.zeros(3))
+    assert len(calls) == n  # cached: f is not traced again for the graph
+    jac(jnp.ones(4))
+    assert len(calls) > n
+
+
+def test_bad_orders_and_arguments():
+    def f(x, n):
+        return jnp.sin(x) * jnp.cos(x) * n
+
+    x = jnp.ones(3)
+    g = ag.trace(f, x, 2.0)
+    inter = list(g.intermediates)
+    with pytest.raises(ValueError, match="more than once"):
+        jacobian(f, inter[:-1] + inter[:1])(x, 2.0)
+    with pytest.raises(ValueError, match="not intermediates"):
+        jacobian(f, [999] + inter[1:])(x, 2.0)
+
+    class Result:  # an order computed for another graph
+        order = inter
+        fingerprint = "0000000000000000"
+
+    with pytest.raises(ValueError, match="computed for graph 0000000000000000"):
+        jacobian(f, Result())(x, 2.0)
+    with pytest.raises(ValueError, match="out of range"):
+        jacobian(f, "rev", argnums=2)(x, 2.0)
+    with pytest.raises(TypeError, match="real-valued"):
+        jacobian(f, "rev", argnums=1)(x, 2)
