@@ -84,7 +84,6 @@ def main(argv=None):
     print("\n| intermediates | optimal seconds |")
     print("|---|---|")
     for n in range(6, args.optimal_max + 1, 2):
-        # the first n intermediates' cone: a prefix of the graph as its own function
         g = _prefix_graph(n)
         t = time.perf_counter()
         baselines.optimal(g, max_intermediates=n)
@@ -92,21 +91,14 @@ def main(argv=None):
 
 
 def _prefix_graph(n):
-    """A scalar graph with exactly ``n`` intermediates: a random program of scalars."""
-    rng = np.random.default_rng(n)
+    """A random program whose graph has about ``n`` intermediates (scalars and vectors)."""
+    from data_gen.random_programs import ProgramSpec, generate
 
-    def f(x0, x1, x2, x3):
-        vals = [x0, x1, x2, x3]
-        ops = [jnp.sin, jnp.cos, jnp.tanh, jnp.exp]
-        for k in range(n):
-            a, b = rng.choice(len(vals), size=2, replace=False) if k % 2 else (len(vals) - 1, rng.integers(len(vals)))
-            if k % 3 == 0:
-                vals.append(ops[k % 4](vals[a]))
-            else:
-                vals.append(vals[a] * vals[b])
-        return vals[-1] * vals[-2], vals[-3] + vals[-1]
-
-    g = ag.trace(f, 0.1, 0.2, 0.3, 0.4)
+    for seed in range(1000):
+        f, args = generate(ProgramSpec(num_inputs=3, num_outputs=2, num_ops=n, max_rank=1, max_dim=3), seed)
+        g = ag.trace(f, *args)
+        if len(g.intermediates) == n:
+            return g
     return g
 
 
