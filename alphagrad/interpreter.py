@@ -159,19 +159,27 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
 
     Returns:
       A function with the signature and output layout of
-      ``jax.jacrev(f, argnums=argnums, has_aux=has_aux)``. The graph is traced once per
-      argument shapes and dtypes and cached; named orders are computed once per graph.
+      ``jax.jacrev(f, argnums=argnums, has_aux=has_aux)``. The graph is traced, the order
+      resolved and the computation jitted once per argument shapes and dtypes (cached), so
+      calls outside ``jax.jit`` run compiled too; inside ``jax.jit``/``jax.vmap`` it
+      composes as any JAX function.
     """
     cache: dict = {}
     main = (lambda *a: f(*a)[0]) if has_aux else f
 
-    def prepare(args):
+    def prepare(args, nums):
+        """The graph, order and jitted Jacobian for these argument shapes (cached)."""
         abstract = _abstract(args)
         leaves, tree = jax.tree_util.tree_flatten(abstract)
-        key = (tree, tuple((l.shape, str(l.dtype)) for l in leaves))
+        key = (tree, tuple((l.shape, str(l.dtype)) for l in leaves), nums)
         if key not in cache:
             graph = trace(main, *abstract)
-            cache[key] = (graph, resolve_order(graph, order))
+            ord_ = resolve_order(graph, order)
+            arg_trees = [jax.tree_util.tree_structure(a) for a in abstract]
+            offsets = np.cumsum([0] + [t.num_leaves for t in arg_trees])
+            compute = functools.partial(_dense_jacobian, graph, ord_, nums, arg_trees, offsets,
+                                        isinstance(argnums, int))
+            cache[key] = (graph, ord_, jax.jit(compute))
         return cache[key]
 
     @functools.wraps(f)
@@ -192,34 +200,35 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
                         f"np.inexact) for the arguments it differentiates, but argument {n} "
                         f"has dtype {dtype}"
                     )
-        graph, ord_ = prepare(args)
-        leaves = jax.tree_util.tree_leaves(args)
-        edges, outputs, _ = accumulate(graph, ord_, [jnp.asarray(l) for l in leaves])
-        # which flattened leaves belong to which argument
-        offsets = np.cumsum([0] + [len(jax.tree_util.tree_leaves(a)) for a in args])
-        blocks_per_output = []
-        for o, ov in zip(graph.output_vertices, outputs):
-            per_arg = []
-            for n in nums:
-                arg_leaves = []
-                for leaf_id in range(offsets[n], offsets[n + 1]):
-                    iv = graph.input_vertices[leaf_id]
-                    out_shape, in_shape = graph.shapes[o], jnp.shape(leaves[leaf_id])
-                    if iv >= 0 and (iv, o) in edges:
-                        s, v = edges[(iv, o)]
-                        block = st.to_dense(s, v, xp=jnp)
-                    else:
-                        block = jnp.zeros(tuple(out_shape) + tuple(in_shape), _out_dtype(ov, leaves[leaf_id]))
-                    arg_leaves.append(block.astype(_out_dtype(ov, leaves[leaf_id])))
-                arg_tree = jax.tree_util.tree_structure(args[n])
-                per_arg.append(jax.tree_util.tree_unflatten(arg_tree, arg_leaves))
-            blocks_per_output.append(per_arg[0] if isinstance(argnums, int) else tuple(per_arg))
-        result = jax.tree_util.tree_unflatten(graph.out_tree, blocks_per_output)
+        _, _, compute = prepare(args, nums)
+        result = compute([jnp.asarray(l) for l in jax.tree_util.tree_leaves(args)])
         if has_aux:
             return result, f(*args)[1]
         return result
 
     return jac
+
+
+def _dense_jacobian(graph, order, nums, arg_trees, offsets, single, leaves):
+    """Runs the elimination and lays the input->output Jacobians out as jax.jacrev does."""
+    edges, outputs, _ = accumulate(graph, order, leaves)
+    blocks_per_output = []
+    for o, ov in zip(graph.output_vertices, outputs):
+        per_arg = []
+        for n in nums:
+            arg_leaves = []
+            for leaf_id in range(offsets[n], offsets[n + 1]):
+                iv = graph.input_vertices[leaf_id]
+                dtype = _out_dtype(ov, leaves[leaf_id])
+                if iv >= 0 and (iv, o) in edges:
+                    s, v = edges[(iv, o)]
+                    block = st.to_dense(s, v, xp=jnp).astype(dtype)
+                else:
+                    block = jnp.zeros(tuple(graph.shapes[o]) + tuple(jnp.shape(leaves[leaf_id])), dtype)
+                arg_leaves.append(block)
+            per_arg.append(jax.tree_util.tree_unflatten(arg_trees[n], arg_leaves))
+        blocks_per_output.append(per_arg[0] if single else tuple(per_arg))
+    return jax.tree_util.tree_unflatten(graph.out_tree, blocks_per_output)
 
 
 def _out_dtype(out_value, in_leaf):

@@ -220,6 +220,14 @@ def _pad_axes(eqn, argnum):
     return {t for t, (lo, hi, interior) in enumerate(config) if (lo, hi, interior) != (0, 0, 0)}
 
 
+def _pad(eqn, argnum):
+    if argnum == 0:
+        return _axiswise(_pad_axes)(eqn, 0)
+    # the padding value: its Jacobian is 0/1 on the padded cells
+    out = eqn.out_shapes[0]
+    return [st.make(out, (), range(len(out)), (), range(len(out)))]
+
+
 def _concatenate(eqn, argnum):
     return _axiswise(lambda e, a: {e.params["dimension"]})(eqn, argnum)
 
@@ -356,7 +364,7 @@ RULES.update(
         "concatenate": _concatenate,
         "split": _split,
         "slice": _operand_only(_axiswise(_slice_axes)),
-        "pad": _operand_only(_axiswise(_pad_axes)),
+        "pad": _pad,
         "rev": _axiswise(lambda e, a: set(e.params["dimensions"])),
         "dynamic_slice": _dynamic_slice,
         "dynamic_update_slice": _dynamic_update_slice,
@@ -366,19 +374,6 @@ RULES.update(
         "dot_general": _dot_general,
     }
 )
-# pad's second operand is the padding value: its Jacobian is 0/1 on the padded cells.
-_pad_rule = RULES["pad"]
-
-
-def _pad(eqn, argnum):
-    if argnum == 0:
-        return _pad_rule(eqn, 0)
-    out = eqn.out_shapes[0]
-    return [st.make(out, (), range(len(out)), (), range(len(out)))]
-
-
-RULES["pad"] = _pad
-
 #: Primitives whose value has a faster formula than probing JAX's JVP.
 VALUE_RULES = {"dot_general": _dot_general_value}
 

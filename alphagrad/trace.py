@@ -234,8 +234,8 @@ class _Builder:
     @staticmethod
     def _is_noop(e: prim.Equation) -> bool:
         same = e.in_shapes[0] == e.out_shapes[0] and e.in_dtypes[0] == e.out_dtypes[0]
-        if e.name in ("copy", "copy_p", "convert_element_type", "reduce_precision"):
-            return same and (e.name != "reduce_precision" or True)
+        if e.name in ("copy", "copy_p", "convert_element_type"):
+            return same
         if e.name in ("reshape", "squeeze") and len(e.in_shapes) == 1:
             return same
         if e.name == "broadcast_in_dim" and len(e.in_shapes) == 1:

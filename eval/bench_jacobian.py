@@ -4,7 +4,7 @@ For each task, the median time of ``jax.jit(jax.vmap(J))`` over a batch of input
 ``J`` is ``alphagrad.jacobian(f, order)`` for the forward, reverse, Markowitz and best
 known (annealed) orders, next to ``jax.jacfwd(f)`` and ``jax.jacrev(f)``, all jitted, after
 warm-up, measured side by side in this process; each ratio is to min(jacfwd, jacrev) of
-the same run. Per-sample Jacobians are compared on purpose: differentiating the vmapped
+the same run. Calls are interleaved round-robin. Per-sample Jacobians are compared on purpose: differentiating the vmapped
 function would build a dense batch x batch Jacobian.
 """
 
@@ -25,14 +25,18 @@ from alphagrad.interpreter import jacobian
 TASKS = ["RoeFlux_1d", "RoeFlux_3d", "RobotArm_6DOF", "HumanHeartDipole", "BlackScholes_Jacobian", "MLP"]
 
 
-def _median_time(fn, args, repeats):
-    jax.block_until_ready(fn(*args))
-    times = []
+def _median_times(fns: dict, args, repeats) -> dict:
+    """Median seconds per call of each function, measured round-robin (one call of each
+    in turn), so that drifting machine load hits every method alike."""
+    for fn in fns.values():
+        jax.block_until_ready(fn(*args))  # compile and warm up
+    times = {k: [] for k in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[k].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def _batch(args, batch, seed=0):
@@ -72,7 +76,7 @@ def main(argv=None):
         }
         for batch in args.batches:
             inputs = _batch(ex.args, batch)
-            times = {k: _median_time(jax.jit(jax.vmap(fn)), inputs, args.repeats) for k, fn in fns.items()}
+            times = _median_times({k: jax.jit(jax.vmap(fn)) for k, fn in fns.items()}, inputs, args.repeats)
             ref = min(times["jacfwd"], times["jacrev"])
             cells = [f"{times[k] * 1e3:.3f} ms ({times[k] / ref:.2f}x)" for k in cols]
             print(f"| {name} | {batch} | " + " | ".join(cells) + f" | {ag.cost(g, best)} ({ag.cost(g, 'rev')}) |", flush=True)

@@ -31,10 +31,10 @@ class Example:
 
 
 def all_examples() -> list[Example]:
-    """Every example of the zoo, in a fixed order."""
-    from alphagrad.examples import published
+    """Every example of the zoo, in a fixed order: the published tasks, then the rest."""
+    from alphagrad.examples import published, zoo
 
-    return list(published.EXAMPLES)
+    return list(published.EXAMPLES) + list(zoo.EXAMPLES)
 
 
 def get(name: str) -> Example:
