@@ -397,7 +397,10 @@ def product_value(p: Product, a_value, b_value, xp=None):
         for n, lab in zip(v.shape, labels):
             sizes[lab] = n
     if len(operands) == 2:
-        value = xp.einsum(a_value, list(la), b_value, list(lb), list(lout))
+        if set(la) | set(lb) == set(lout):  # nothing contracted: a broadcast product,
+            value = _aligned(a_value, la, lout, xp) * _aligned(b_value, lb, lout, xp)  # fusible
+        else:
+            value = xp.einsum(a_value, list(la), b_value, list(lb), list(lout))
         mults += math.prod(sizes.values())
     elif len(operands) == 1:
         v, labels = operands[0]
@@ -411,6 +414,14 @@ def product_value(p: Product, a_value, b_value, xp=None):
     if p.scale < 0:
         value = -value
     return value, mults
+
+
+def _aligned(value, labels, out, xp):
+    """``value`` (axes ``labels``, all in ``out``) transposed to ``out``'s order, with
+    size-1 axes where it lacks a label, ready to broadcast."""
+    present = [lab for lab in out if lab in labels]
+    value = xp.transpose(value, [list(labels).index(lab) for lab in present]) if len(present) > 1 else value
+    return xp.reshape(value, [value.shape[present.index(lab)] if lab in labels else 1 for lab in out])
 
 
 def embed_value(src: Structure, value, dst: Structure, xp=None):
