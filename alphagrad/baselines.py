@@ -40,14 +40,27 @@ def reverse(graph: Graph) -> list[int]:
 
 @functools.partial(jax.jit, static_argnums=1)
 def _markowitz_scan(state: engine.GameState, steps: int):
-    def body(state, _):
-        costs = engine.vertex_costs(state)
-        big = jnp.iinfo(jnp.int32).max
-        v = jnp.argmin(jnp.where(state.eliminable, costs, big))
-        state, _ = engine.eliminate(state, v)
-        return state, v
+    """Greedy minimal-cost elimination. Only the neighbours of an eliminated vertex change
+    cost, so only they are recomputed (all vertices when there are many neighbours)."""
+    big = jnp.iinfo(jnp.int32).max
+    some = 2 * engine.BLOCK
 
-    return jax.lax.scan(body, state, None, length=steps)[1]
+    def body(carry, _):
+        state, costs = carry
+        v = jnp.argmin(jnp.where(state.eliminable, costs, big))
+        affected = (state.edges[:, v] != 0) | (state.edges[v, :] != 0)
+        state, _ = engine.eliminate(state, v)
+
+        def recompute_some(costs):
+            idx = jnp.nonzero(affected, size=some, fill_value=costs.shape[0])[0]
+            new = jax.vmap(lambda j: engine.vertex_cost(state, j))(jnp.minimum(idx, costs.shape[0] - 1))
+            return costs.at[idx].set(new, mode="drop")
+
+        costs = jax.lax.cond(affected.sum() <= some, recompute_some,
+                             lambda costs: engine.vertex_costs(state), costs)
+        return (state, costs), v
+
+    return jax.lax.scan(body, (state, engine.vertex_costs(state)), None, length=steps)[1]
 
 
 def markowitz(graph: Graph, convention: str = "exact") -> list[int]:

@@ -212,16 +212,17 @@ def _pairs(state: GameState, into, out_of, block: int, update: bool):
     return _pairs_fn(block, update)(state.edges, into, out_of, state.compose, state.join, state.cost)
 
 
-def vertex_costs(state: GameState, block: int = BLOCK) -> jax.Array:
-    """``[V]`` int32: the multiplications of eliminating each vertex now (its Markowitz
-    degree in the cost model); 0 for vertices that are not eliminable."""
+def vertex_cost(state: GameState, vertex, block: int = BLOCK) -> jax.Array:
+    """int32: the multiplications of eliminating ``vertex`` now (its Markowitz degree in
+    the cost model); 0 if it is not eliminable."""
     E = state.edges
+    into = jnp.where(state.eliminable[vertex], E[:, vertex], 0)
+    return _pairs(state, into, E[vertex, :], block, update=False)[1]
 
-    def one(j):
-        into = jnp.where(state.eliminable[j], E[:, j], 0)
-        return _pairs(state, into, E[j, :], block, update=False)[1]
 
-    return jax.vmap(one)(jnp.arange(E.shape[0]))
+def vertex_costs(state: GameState, block: int = BLOCK) -> jax.Array:
+    """``[V]`` int32: :func:`vertex_cost` of every vertex."""
+    return jax.vmap(lambda j: vertex_cost(state, j, block))(jnp.arange(state.edges.shape[0]))
 
 
 def eliminate(state: GameState, vertex: jax.Array, block: int = BLOCK) -> tuple[GameState, jax.Array]:
