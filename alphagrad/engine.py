@@ -44,6 +44,8 @@ class GameState:
       compose: ``[S, S]`` int32 rule table (see :mod:`alphagrad.rules`).
       join: ``[S, S]`` int32 rule table.
       cost: ``[S, S]`` int32 multiplications per product, in the chosen convention.
+      has_value: ``[S]`` bool, whether a structure carries values (False: a +-1 pattern).
+      sizes: ``[V, 4]`` int32 the vertex shapes (leading axes, 1-padded; 0 for padding).
       mults: ``[]`` float32 multiplications spent so far.
     """
 
@@ -53,6 +55,8 @@ class GameState:
     compose: jax.Array
     join: jax.Array
     cost: jax.Array
+    has_value: jax.Array
+    sizes: jax.Array
     mults: jax.Array
 
 
@@ -107,6 +111,10 @@ def encode(
     edges = np.zeros((P, P), np.int32)
     for e in graph.edges:
         edges[e.src, e.dst] = T.index(e.structure)
+    sizes = np.zeros((P, 4), np.int32)
+    for v, shape in enumerate(graph.shapes):
+        dims = list(shape[:3]) + [int(np.prod(shape[3:], dtype=np.int64))]
+        sizes[v] = dims + [1] * (4 - len(dims)) if len(shape) < 4 else dims
     kinds = np.full(P, -1, np.int8)
     kinds[:V] = graph.kinds
     pad = lambda a, fill: np.pad(a, ((0, S - a.shape[0]), (0, S - a.shape[1])), constant_values=fill)
@@ -117,6 +125,8 @@ def encode(
         compose=jnp.asarray(pad(T.compose, rl.INVALID)),
         join=jnp.asarray(pad(T.join, rl.INVALID)),
         cost=jnp.asarray(pad(costs.astype(np.int32), 0)),
+        has_value=jnp.asarray(np.pad([s is not None and s.value_vars is not None for s in T.structures], (0, S - T.size))),
+        sizes=jnp.asarray(sizes),
         mults=jnp.zeros((), jnp.float32),
     )
 
