@@ -103,7 +103,10 @@ def test_forward_and_reverse_behave_as_theory_says():
 _run_orders = jax.jit(jax.vmap(engine.eliminate_all, in_axes=(None, 0)))
 
 
-@pytest.mark.parametrize("name", [e.name for e in ag.examples.all_examples()])
+PUBLISHED = [e.name for e in ag.examples.all_examples() if e.family == "published"]
+
+
+@pytest.mark.parametrize("name", PUBLISHED)
 def test_jax_engine_and_compiled_evaluator_agree(name):
     g = _graph(name)
     rng = np.random.default_rng(1)
@@ -112,7 +115,8 @@ def test_jax_engine_and_compiled_evaluator_agree(name):
     for convention in ("exact", "published"):
         ev = Evaluator(g, convention)
         # one padded size for every example: one compilation
-        state = engine.encode(g, convention, num_vertices=192, num_structures=512)
+        state = engine.encode(g, convention, num_vertices=max(192, engine.padded_size(g.num_vertices, 64)),
+                              num_structures=max(512, engine.padded_size(engine.tables(g).size, 512)))
         _, per_step = _run_orders(state, jnp.asarray(orders, jnp.int32))
         assert [int(c) for c in np.asarray(per_step).sum(1)] == [ev.cost(o) for o in orders]
 

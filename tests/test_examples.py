@@ -92,7 +92,7 @@ def test_names_unique_and_in_order():
     names = [e.name for e in published.EXAMPLES]
     assert names == NAMES
     assert len(set(names)) == len(names)
-    assert [e.name for e in all_examples()] == NAMES
+    assert [e.name for e in all_examples()][: len(NAMES)] == NAMES  # the zoo follows
     assert get("MLP") is published.EXAMPLES[6]
 
 
