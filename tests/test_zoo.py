@@ -1,0 +1,303 @@
+"""Tests of the extended benchmark zoo (alphagrad.examples.zoo).
+
+Compilation dominates on CPU, so the default run differentiates one entry per
+computation (its first listed size) and checks the other sizes' outputs; their
+Jacobians and the engine cost of every entry run under ``-m slow``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import alphagrad as ag
+from alphagrad.evaluator import Evaluator
+from alphagrad.examples import Example, all_examples, get, published, zoo
+from alphagrad.interpreter import jacobian
+
+ZOO = {e.name: e for e in zoo.EXAMPLES}
+NAMES = list(ZOO)
+
+_SIZE_SUFFIX = re.compile(r"_[a-z]?\d+$")  # "_8", "_h32", "_d64"
+
+
+def base_name(name: str) -> str:
+    """The computation an entry belongs to: its name without the size suffix."""
+    return _SIZE_SUFFIX.sub("", name)
+
+
+def _computations() -> dict:
+    """(family, base name) -> entry names, in zoo order."""
+    out: dict = {}
+    for e in zoo.EXAMPLES:
+        out.setdefault((e.family, base_name(e.name)), []).append(e.name)
+    return out
+
+
+COMPUTATIONS = _computations()
+FIRST_SIZES = [names[0] for names in COMPUTATIONS.values()]
+OTHER_SIZES = [n for names in COMPUTATIONS.values() for n in names[1:]]
+# a few small graphs for the cost and interpreter checks (each compiles afresh)
+QUICK_COST = ["Lorenz63_RK4", "DHArm_3"]
+QUICK_JACOBIAN = ["Pendulum_RK4", "HeatFTCS_8", "DHArm_4"]
+
+
+def _leaves(tree):
+    return jax.tree_util.tree_leaves(tree)
+
+
+def _all_finite(tree) -> bool:
+    leaves = _leaves(tree)
+    return bool(leaves) and all(np.all(np.isfinite(np.asarray(x))) for x in leaves)
+
+
+@functools.lru_cache(maxsize=None)
+def _graph(name):
+    e = ZOO[name]
+    return ag.trace(e.fn, *e.args)
+
+
+def _argnums(e: Example) -> tuple:
+    return tuple(range(len(e.args)))
+
+
+def _maybe_jit(e: Example, f):
+    """Jit unless every argument is a scalar: scalar graphs compile slowly on CPU and
+    run faster op by op (as in tests/test_examples.py)."""
+    return jax.jit(f) if any(np.ndim(a) for a in _leaves(e.args)) else f
+
+
+# ---------------------------------------------------------------------------
+# registry
+# ---------------------------------------------------------------------------
+
+
+def test_names_unique_and_valid():
+    names = [e.name for e in all_examples()]
+    assert len(set(names)) == len(names)
+    assert all(n.isidentifier() for n in names)
+    assert len(NAMES) >= 20
+
+
+def test_all_examples_lists_published_then_zoo():
+    listed, want = all_examples(), list(published.EXAMPLES) + list(zoo.EXAMPLES)
+    assert len(listed) == len(want) and all(a is b for a, b in zip(listed, want))
+    assert get("LSTM_h8") is ZOO["LSTM_h8"]
+
+
+def test_metadata():
+    for e in zoo.EXAMPLES:
+        assert isinstance(e, Example)
+        assert e.family and e.family.isidentifier() and e.family != "published", e.name
+        assert isinstance(e.description, str) and len(e.description) > 20, e.name
+        assert isinstance(e.args, tuple) and e.args, e.name
+        for a in _leaves(e.args):
+            assert isinstance(a, jax.Array), e.name
+            assert a.dtype == jnp.float32, e.name
+
+
+def test_at_least_20_distinct_computations():
+    assert len(COMPUTATIONS) >= 20, sorted(COMPUTATIONS)
+    assert len({family for family, _ in COMPUTATIONS}) >= 8
+
+
+def test_sizes_share_a_base_name_and_family():
+    assert base_name("LSTM_h32") == "LSTM" and base_name("Lorenz63_RK4") == "Lorenz63_RK4"
+    for (family, base), names in COMPUTATIONS.items():
+        assert all(ZOO[n].family == family for n in names)
+
+
+# ---------------------------------------------------------------------------
+# every entry traces and runs; Jacobians are finite
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_traces(name):
+    g = _graph(name)
+    assert 1 <= len(g.intermediates) <= 500, len(g.intermediates)
+    # the engine can encode it: under its vertex limit, no single product over 2**31
+    # multiplications (a 128-point mixture had one)
+    ag.engine.encode(g)
+
+
+@pytest.mark.parametrize("name", OTHER_SIZES)
+def test_runs_with_finite_outputs(name):
+    e = ZOO[name]
+    assert _all_finite(jax.jit(e.fn)(*e.args)), name
+
+
+@pytest.mark.parametrize("name", FIRST_SIZES)
+def test_outputs_and_jacrev_are_finite(name):
+    e = ZOO[name]
+    jac = jax.jacrev(e.fn, argnums=_argnums(e))
+    out, J = _maybe_jit(e, lambda *a: (e.fn(*a), jac(*a)))(*e.args)
+    assert _all_finite(out), name
+    assert _all_finite(J), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", OTHER_SIZES)
+def test_jacrev_is_finite_other_sizes(name):
+    e = ZOO[name]
+    assert _all_finite(_maybe_jit(e, jax.jacrev(e.fn, argnums=_argnums(e)))(*e.args)), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reverse_cost_is_positive(name):
+    # the compiled CPU evaluator (the same rule tables as alphagrad.cost; tests/
+    # test_engine.py checks they agree): no compilation per graph
+    g = _graph(name)
+    c = Evaluator(g).cost(ag.baselines.reverse(g))
+    assert isinstance(c, int) and c > 0
+
+
+@pytest.mark.parametrize("name", QUICK_COST)
+def test_alphagrad_cost_is_a_positive_int(name):
+    g = _graph(name)
+    c = ag.cost(g, "rev")
+    assert isinstance(c, int) and c > 0
+    assert c == Evaluator(g).cost(ag.baselines.reverse(g))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_alphagrad_cost_is_a_positive_int_everywhere(name):
+    c = ag.cost(_graph(name), "rev")
+    assert isinstance(c, int) and c > 0
+
+
+def _check_against_jacrev(name):
+    # jacrev op by op: with jax/jaxlib 0.10.2 on CPU, jax.jit(jax.jacrev(f)) of a layer
+    # norm over (8, 64) returns wrong entries (LayerNorm_d64; eager jacrev, jacfwd and
+    # float64 agree with each other and with alphagrad)
+    e = ZOO[name]
+    want = jax.jacrev(e.fn, argnums=_argnums(e))(*e.args)
+    got = jacobian(e.fn, "rev", argnums=_argnums(e))(*e.args)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for g, w in zip(_leaves(got), _leaves(want)):
+        w = np.asarray(w, np.float64)
+        scale = max(1.0, float(np.abs(w).max()))
+        # float32 rounding: RaySphere_32 has grazing rays (1/sqrt of a small discriminant)
+        np.testing.assert_allclose(np.asarray(g, np.float64) / scale, w / scale, atol=5e-4)
+
+
+@pytest.mark.parametrize("name", QUICK_JACOBIAN)
+def test_alphagrad_jacobian_matches_jacrev(name):
+    _check_against_jacrev(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_alphagrad_jacobian_matches_jacrev_everywhere(name):
+    _check_against_jacrev(name)
+
+
+# ---------------------------------------------------------------------------
+# the computations are what they say (cheap independent references)
+# ---------------------------------------------------------------------------
+
+
+def _dh_standard(theta, a, d, alpha):
+    ct, st, ca, sa = math.cos(theta), math.sin(theta), math.cos(alpha), math.sin(alpha)
+    return np.array(
+        [[ct, -st * ca, st * sa, a * ct], [st, ct * ca, -ct * sa, a * st], [0, sa, ca, d], [0, 0, 0, 1]]
+    )
+
+
+def _dh_modified(theta, a, d, alpha):
+    ct, st, ca, sa = math.cos(theta), math.sin(theta), math.cos(alpha), math.sin(alpha)
+    return np.array(
+        [[ct, -st, 0, a], [st * ca, ct * ca, -sa, -d * sa], [st * sa, ct * sa, ca, d * ca], [0, 0, 0, 1]]
+    )
+
+
+@pytest.mark.parametrize(
+    "name,table,modified",
+    [("DHArm_3", zoo._DH_ELBOW, False), ("DHArm_4", zoo._DH_PUMA4, False), ("DHArm_7", zoo._DH_PANDA, True)],
+)
+def test_dh_arms_match_the_dh_product(name, table, modified):
+    e = ZOO[name]
+    T = np.eye(4)
+    for th, (a, d, alpha) in zip(e.args, table):
+        T = T @ (_dh_modified if modified else _dh_standard)(float(th), a, d, alpha)
+    if modified:
+        T = T @ np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0.107], [0, 0, 0, 1]])
+    pos, rot = e.fn(*e.args)
+    np.testing.assert_allclose(np.asarray(pos), T[:3, 3], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(rot), T[:3, :3], atol=1e-5)
+
+
+def test_cofactor_inverses():
+    rng = np.random.default_rng(0)
+    for n, inv in ((2, zoo._inv2), (3, zoo._inv3)):
+        S = rng.standard_normal((n, n)) + 3 * np.eye(n)
+        np.testing.assert_allclose(np.asarray(inv(jnp.asarray(S, jnp.float32))), np.linalg.inv(S), rtol=1e-4, atol=1e-5)
+
+
+def test_quaternion_rate_tensor_is_the_hamilton_product():
+    q0, q1, q2, q3, wx, wy, wz = 0.9, 0.1, 0.3, 0.2, 0.5, -1.0, 0.3
+    want = [
+        -(q1 * wx + q2 * wy + q3 * wz),
+        q0 * wx + q2 * wz - q3 * wy,
+        q0 * wy - q1 * wz + q3 * wx,
+        q0 * wz + q1 * wy - q2 * wx,
+    ]
+    E = zoo._quaternion_rate_tensor()
+    got = np.einsum("ijk,j,k->i", E, [q0, q1, q2, q3], [wx, wy, wz])
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_lennard_jones_matches_the_pair_loop():
+    x = np.asarray(ZOO["LennardJones_5"].args[0], np.float64)
+    want = 0.0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            r2 = np.sum((x[i] - x[j]) ** 2)
+            want += r2**-6 - 2 * r2**-3
+    np.testing.assert_allclose(float(zoo.lennard_jones_cluster(jnp.asarray(x, jnp.float32))), want, rtol=1e-4)
+
+
+def test_conv_layer_matches_lax_conv():
+    x, w, b = ZOO["ConvLayer_8"].args
+    y = jax.lax.conv_general_dilated(x[None], w, (1, 1), "SAME")[0]
+    y = jnp.maximum(y + b[:, None, None], 0.0)
+    want = y.reshape(y.shape[0], 4, 2, 4, 2).mean(axis=(2, 4))
+    np.testing.assert_allclose(np.asarray(zoo.conv_layer(x, w, b)), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_kerr_reduces_to_schwarzschild():
+    M, r, th = 1.0, 5.0, 0.7
+    g_tt, g_tphi, g_rr, g_thth, g_phph, K = (
+        float(v) for v in zoo.kerr_metric(*(jnp.float32(v) for v in (M, 0.0, r, th)))
+    )
+    np.testing.assert_allclose([g_tt, g_tphi, g_rr, g_thth], [-(1 - 2 * M / r), 0.0, 1 / (1 - 2 * M / r), r**2], rtol=1e-5)
+    np.testing.assert_allclose(g_phph, r**2 * math.sin(th) ** 2, rtol=1e-5)
+    np.testing.assert_allclose(K, 48 * M**2 / r**6, rtol=1e-4)
+
+
+def test_black76_put_call_parity():
+    F, K, sigma, T, r = ZOO["Black76_16"].args
+    call, put = zoo.black76(F, K, sigma, T, r)
+    np.testing.assert_allclose(np.asarray(call - put), np.asarray(jnp.exp(-r * T) * (F - K)), atol=2e-3)
+
+
+def test_seawater_density_check_value():
+    # EOS-80 check value: rho(S = 35, T = 25 C, p = 0) = 1023.343 kg m^-3
+    rho = zoo.seawater_density(jnp.float32(35.0), jnp.float32(25.0))
+    np.testing.assert_allclose(float(rho), 1023.343, atol=2e-3)
+
+
+def test_kepler_orbit_solves_keplers_equation():
+    a, e, inc, raan, argp, M = (float(v) for v in ZOO["KeplerOrbit"].args)
+    x, y, z = (float(v) for v in zoo.kepler_orbit(*ZOO["KeplerOrbit"].args))
+    E = M
+    for _ in range(50):
+        E = E - (E - e * math.sin(E) - M) / (1 - e * math.cos(E))
+    np.testing.assert_allclose(math.sqrt(x * x + y * y + z * z), a * (1 - e * math.cos(E)), rtol=1e-5)
