@@ -285,10 +285,18 @@ def cost(graph: Graph, order, convention: str = "exact") -> int:
     order = graph.check_order(order)
     if not order:
         return 0
+    if tables(graph).cost[convention].max(initial=0) >= 2**31:  # beyond the engine's int32
+        from alphagrad.evaluator import Evaluator
+
+        return Evaluator(graph, convention).cost(order)
     with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
         state = encode(graph, convention)
         _, per_step = _eliminate_all_jit(state, jnp.asarray(order, jnp.int32))
         per_step = np.asarray(per_step, np.int64)
-    if (per_step < 0).any():
-        raise OverflowError("an elimination step cost 2**31 multiplications or more")
+    if (per_step < 0).any() or per_step.max() >= 2**30:
+        # int32 step sums may wrap: count again in int64 with the compiled evaluator,
+        # which reads the same rule tables
+        from alphagrad.evaluator import Evaluator
+
+        return Evaluator(graph, convention).cost(order)
     return int(per_step.sum())

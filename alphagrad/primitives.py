@@ -232,6 +232,14 @@ def _concatenate(eqn, argnum):
     return _axiswise(lambda e, a: {e.params["dimension"]})(eqn, argnum)
 
 
+def _stack(eqn, argnum):
+    """Operand ``argnum`` lands at index ``argnum`` of a new axis: a one-hot value on it."""
+    axis = eqn.params["axis"] % len(eqn.out_shapes[0])
+    out = eqn.out_shapes[0]
+    in_vars = [d for d in range(len(out)) if d != axis]
+    return [st.make(out, eqn.in_shapes[argnum], range(len(out)), in_vars, [axis])]
+
+
 def _split(eqn, argnum):
     axis = eqn.params["axis"]
     inn = eqn.in_shapes[0]
@@ -363,6 +371,7 @@ RULES.update(
         "cummin": _cumulative,
         "concatenate": _concatenate,
         "split": _split,
+        "stack": _stack,
         "slice": _operand_only(_axiswise(_slice_axes)),
         "pad": _pad,
         "rev": _axiswise(lambda e, a: set(e.params["dimensions"])),

@@ -98,6 +98,7 @@ def tensor_ops(x, y, z):
         jnp.argmax(x, axis=0) * x[0],
         jnp.squeeze(z[:1], 0) + jnp.expand_dims(x, 0)[0],
         x.astype(jnp.float16).astype(jnp.float32),
+        jnp.stack([x, 2 * x, x * x], axis=1),
     ]
     return sum(o.sum() for o in outs)
 
@@ -120,7 +121,7 @@ def test_tensor_rules_match_jacfwd():
     for name in ["dot_general", "reduce_max", "reduce_min", "cumsum", "slice", "concatenate",
                  "pad", "reshape", "select_n", "clamp", "dynamic_slice", "reduce_prod",
                  "split", "scatter-add", "gather", "transpose", "broadcast_in_dim", "rev",
-                 "squeeze", "convert_element_type"]:
+                 "squeeze", "convert_element_type", "stack"]:
         assert name in seen, name
 
 
