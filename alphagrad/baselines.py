@@ -38,10 +38,12 @@ def reverse(graph: Graph) -> list[int]:
     return list(reversed(graph.intermediates))
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _markowitz_scan(state: engine.GameState, steps: int):
+@jax.jit
+def _markowitz_scan(state: engine.GameState):
     """Greedy minimal-cost elimination. Only the neighbours of an eliminated vertex change
-    cost, so only they are recomputed (all vertices when there are many neighbours)."""
+    cost, so only they are recomputed (all vertices when there are many neighbours). Runs
+    one step per padded vertex (steps past the last intermediate are no-ops), so it
+    compiles once per padded size."""
     big = jnp.iinfo(jnp.int32).max
     some = 2 * engine.BLOCK
 
@@ -60,6 +62,7 @@ def _markowitz_scan(state: engine.GameState, steps: int):
                              lambda costs: engine.vertex_costs(state), costs)
         return (state, costs), v
 
+    steps = state.eliminable.shape[0]
     return jax.lax.scan(body, (state, engine.vertex_costs(state)), None, length=steps)[1]
 
 
@@ -70,8 +73,8 @@ def markowitz(graph: Graph, convention: str = "exact") -> list[int]:
     if n == 0:
         return []
     with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
-        order = _markowitz_scan(engine.encode(graph, convention), n)
-        return [int(v) for v in np.asarray(order)]
+        order = _markowitz_scan(engine.encode(graph, convention))
+        return [int(v) for v in np.asarray(order)[:n]]
 
 
 @numba.njit(cache=True, nogil=True)

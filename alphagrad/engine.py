@@ -159,8 +159,9 @@ def _get(a: jax.Array, idx: jax.Array) -> jax.Array:
     return a.at[idx].get(mode="fill", fill_value=0)
 
 
-def _block_step(c, carry, into, out_of, compose, join, cost, block, update):
-    """Adds the products of block ``c`` of (predecessor, successor) pairs."""
+def _block_step(c, carry, into, out_of, compose, join, cost, block):
+    """Adds the products of block ``c`` of (predecessor, successor) pairs (onto ``E``
+    unless it is None: then only their multiplications are counted)."""
     E, total = carry
     n_pred, take_pred = _blocks(into != 0, block)
     n_succ, take_succ = _blocks(out_of != 0, block)
@@ -170,7 +171,7 @@ def _block_step(c, carry, into, out_of, compose, join, cost, block, update):
     a = _get(out_of, s)  # [D] structure of vertex -> k
     b = _get(into, p)  # [D] structure of i -> vertex
     total = total + cost[a[None, :], b[:, None]].sum()
-    if update:
+    if E is not None:
         prod = compose[a[None, :], b[:, None]]
         old = E.at[p[:, None], s[None, :]].get(mode="fill", fill_value=0)
         E = E.at[p[:, None], s[None, :]].set(join[old, prod], mode="drop")
@@ -183,43 +184,54 @@ def _num_blocks(into, out_of, block):
 
 @functools.lru_cache(maxsize=None)
 def _pairs_fn(block: int, update: bool):
-    """``(E, into, out_of, compose, join, cost) -> (E, mults)`` over all pairs, in blocks.
+    """Visits all (predecessor, successor) pairs in blocks.
+
+    ``(E, into, out_of, compose, join, cost) -> (E, mults)`` if ``update``, else
+    ``(into, out_of, compose, join, cost) -> mults``.
 
     One block (``block`` predecessors x ``block`` successors) covers almost every
     elimination; larger degrees take more blocks in a loop. Under ``vmap`` a loop with a
     per-element trip count would select the whole batch of edge matrices element by
     element on every step, so the batching rule loops to the largest block count of the
-    batch (blocks past an element's own count select no pair and change nothing).
+    batch (blocks past an element's own count select no pair and change nothing). Rule
+    tables that are shared by the batch stay shared (not copied per row).
     """
+    n_state = 3 if update else 2  # per-row arguments: (E,) into, out_of
 
-    def run(carry, blocks, body):
-        return jax.lax.fori_loop(1, blocks, body, body(0, carry))
+    def run(E, rest, blocks, body, total):
+        out = jax.lax.fori_loop(1, blocks, body, body(0, (E, total)))
+        return out if update else out[1]
 
-    def single(E, *args):
-        body = lambda c, carry: _block_step(c, carry, *args, block, update)
-        return run((E, jnp.zeros((), jnp.int32)), _num_blocks(args[0], args[1], block), body)
+    def single(*args):
+        E, rest = (args[0], args[1:]) if update else (None, args)
+        body = lambda c, carry: _block_step(c, carry, *rest, block)
+        return run(E, rest, _num_blocks(rest[0], rest[1], block), body, jnp.zeros((), jnp.int32))
 
     f = jax.custom_batching.custom_vmap(single)
 
     @f.def_vmap
-    def batched(axis_size, in_batched, E, *args):
-        E, *args = [
-            x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
-            for x, b in zip((E,) + args, in_batched)
-        ]
-        step = lambda c, carry, *a: _block_step(c, carry, *a, block, update)
-        body = lambda c, carry: jax.vmap(step, in_axes=(None, 0) + (0,) * len(args))(c, carry, *args)
-        blocks = jax.vmap(lambda i, o: _num_blocks(i, o, block))(args[0], args[1]).max()
-        return run((E, jnp.zeros((axis_size,), jnp.int32)), blocks, body), (True, True)
+    def batched(axis_size, in_batched, *args):
+        per_row = lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + x.shape)
+        args = [per_row(x, b) if k < n_state else x for k, (x, b) in enumerate(zip(args, in_batched))]
+        axes = tuple(0 if k < n_state or b else None for k, b in enumerate(in_batched))
+        E, rest, rest_axes = (args[0], args[1:], axes[1:]) if update else (None, args, axes)
+        step = lambda c, carry, *a: _block_step(c, carry, *a, block)
+        body = lambda c, carry: jax.vmap(step, in_axes=(None, 0) + rest_axes)(c, carry, *rest)
+        blocks = jax.vmap(lambda i, o: _num_blocks(i, o, block))(rest[0], rest[1]).max()
+        out = run(E, rest, blocks, body, jnp.zeros((axis_size,), jnp.int32))
+        return out, ((True, True) if update else True)
 
     return f
 
 
 def _pairs(state: GameState, into, out_of, block: int, update: bool):
     """Visits every (predecessor, successor) pair of a vertex with edges ``into`` and
-    ``out_of``; returns the edge matrix with every product added onto its edge (if
-    ``update``) and the total multiplications."""
-    return _pairs_fn(block, update)(state.edges, into, out_of, state.compose, state.join, state.cost)
+    ``out_of``; returns ``(edges, mults)``, the edge matrix with every product added onto
+    its edge, if ``update``, else only ``mults``."""
+    tables = (state.compose, state.join, state.cost)
+    if update:
+        return _pairs_fn(block, True)(state.edges, into, out_of, *tables)
+    return _pairs_fn(block, False)(into, out_of, *tables)
 
 
 def vertex_cost(state: GameState, vertex, block: int = BLOCK) -> jax.Array:
@@ -227,7 +239,7 @@ def vertex_cost(state: GameState, vertex, block: int = BLOCK) -> jax.Array:
     the cost model); 0 if it is not eliminable."""
     E = state.edges
     into = jnp.where(state.eliminable[vertex], E[:, vertex], 0)
-    return _pairs(state, into, E[vertex, :], block, update=False)[1]
+    return _pairs(state, into, E[vertex, :], block, update=False)
 
 
 def vertex_costs(state: GameState, block: int = BLOCK) -> jax.Array:

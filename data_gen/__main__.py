@@ -1,0 +1,103 @@
+"""``python -m data_gen build --out DIR --num-random N --seed S [--num-proc P] [--large K]``
+
+Builds (or resumes) the graph dataset in DIR: a Hugging Face DatasetDict (train,
+validation, heldout; ``datasets.load_from_disk(DIR)``), its Parquet export in
+DIR/parquet/, a dataset card DIR/README.md and DIR/failures.json. Work is saved chunk by
+chunk in DIR/chunks/; running the same command again after an interruption continues
+where it stopped. See ``data_gen/dataset.py`` for the columns and the distributions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from data_gen import dataset as D
+
+
+def _pair(name):
+    return dict(nargs=2, type=int, metavar=("LOW", "HIGH"), dest=name)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m data_gen", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build or resume a dataset", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--out", required=True, help="output directory")
+    b.add_argument("--num-random", type=int, required=True,
+                   help="random programs of the training distribution (train + validation)")
+    b.add_argument("--seed", type=int, required=True, help="build seed (>= 0)")
+    b.add_argument("--num-proc", type=int, default=1, help="worker processes (spawn); 1: in this process")
+    b.add_argument("--large", type=int, default=16, help="large held-out graphs (default 16)")
+    b.add_argument("--large-size", **_pair("large_size"),
+                   help="intermediates of a large graph (default 300 500)")
+    b.add_argument("--num-heldout", type=int, default=None,
+                   help="random programs of the held-out distribution (default ceil(N/10))")
+    b.add_argument("--validation-fraction", type=float, default=0.1)
+    b.add_argument("--max-structures", type=int, default=D.DEFAULT_MAX_STRUCTURES,
+                   help="graphs whose rule tables exceed this are reported as failures")
+    b.add_argument("--chunk-size", type=int, default=D.DEFAULT_CHUNK_SIZE,
+                   help="graphs per chunk (training distribution; other groups use fractions)")
+    b.add_argument("--zoo", default="all",
+                   help="zoo examples: all, none, published, or comma-separated names")
+    for dist in ("train", "heldout"):
+        for field in ("num_ops", "max_rank", "max_dim", "num_inputs", "num_outputs", "width", "fan_in"):
+            flag = f"--{dist}-{field.replace('_', '-')}"
+            b.add_argument(flag, **_pair(f"{dist}__{field}"),
+                           help=f"range of ProgramSpec.{field} in the {dist} distribution "
+                                f"(default {' '.join(map(str, getattr(getattr(D, dist.upper()), field)))})")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.add_argument("--quiet", action="store_true", help="no log lines or summary")
+    return p
+
+
+def config_from_args(args) -> D.BuildConfig:
+    """The BuildConfig of parsed arguments; ValueError names a bad one."""
+    dists = {}
+    for dist in ("train", "heldout"):
+        base = getattr(D, dist.upper())
+        changes = {}
+        for key, value in vars(args).items():
+            if key.startswith(f"{dist}__") and value is not None:
+                changes[key.split("__", 1)[1]] = tuple(value)
+        dists[dist] = dataclasses.replace(base, **changes)
+    zoo = args.zoo if args.zoo in ("all", "none", "published") else tuple(
+        n.strip() for n in args.zoo.split(",") if n.strip())
+    kwargs = dict(seed=args.seed, num_random=args.num_random, num_heldout=args.num_heldout,
+                  large=args.large, validation_fraction=args.validation_fraction,
+                  max_structures=args.max_structures, chunk_size=args.chunk_size, zoo=zoo,
+                  train=dists["train"], heldout=dists["heldout"])
+    if args.large_size is not None:
+        kwargs["large_size"] = tuple(args.large_size)
+    config = D.BuildConfig(**kwargs)
+    config.validate()
+    return config
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command == "build":
+        if args.num_proc < 1:
+            p.error(f"--num-proc = {args.num_proc} must be >= 1")
+        try:
+            config = config_from_args(args)
+        except ValueError as e:
+            p.error(str(e))
+        try:
+            D.build(args.out, config, num_proc=args.num_proc, progress=not args.no_progress, quiet=args.quiet)
+        except D.BuildDirectoryError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: finished chunks are kept in {args.out}/chunks; run the same "
+                  f"command again to continue", file=sys.stderr)
+            return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
