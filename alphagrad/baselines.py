@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 

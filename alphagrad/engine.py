@@ -23,7 +23,7 @@ import numpy as np
 from flax import struct
 
 from alphagrad import rules as rl
-from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
+from alphagrad.graph import INTERMEDIATE, Graph
 
 #: Default padded vertex limit. Graphs are padded to a multiple of 32 up to it.
 MAX_VERTICES = 1024

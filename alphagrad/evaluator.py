@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from alphagrad import engine
-from alphagrad.graph import INTERMEDIATE, Graph
+from alphagrad.graph import Graph
 
 
 @numba.njit(cache=True, nogil=True)

@@ -14,7 +14,6 @@ Primitives outside the registry raise :class:`UnsupportedPrimitiveError` at trac
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable
 
 import jax

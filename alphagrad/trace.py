@@ -10,11 +10,9 @@ per primitive, in :mod:`alphagrad.primitives`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.extend as jex
-import jax.numpy as jnp
 import numpy as np
 from jax._src import source_info_util
 

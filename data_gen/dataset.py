@@ -994,8 +994,6 @@ def assemble(out_dir, config: BuildConfig, chunks: Sequence[Chunk], quiet: bool 
     """Reads the finished ``chunks``, deduplicates, writes the DatasetDict, the Parquet
     export, ``failures.json`` and ``README.md``; returns the build summary."""
     import datasets as hf
-    import pyarrow as pa
-    import pyarrow.compute as pc
 
     bars = hf.is_progress_bar_enabled()
     hf.disable_progress_bars()

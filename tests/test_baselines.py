@@ -2,9 +2,7 @@
 
 import itertools
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import alphagrad as ag

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import alphagrad as ag
-from alphagrad import baselines
 from alphagrad.interpreter import executed_multiplications, jacobian
 
 TOL = {jnp.float32: dict(rtol=2e-4, atol=2e-5), jnp.float64: dict(rtol=1e-9, atol=1e-11)}

@@ -1,7 +1,6 @@
 """The policy-value network: shapes, padding, and equivariance to renumbering vertices."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import alphagrad as ag

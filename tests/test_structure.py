@@ -18,7 +18,6 @@ def _random_value(s, rng):
 
 
 def _dense_product(a, b, da, db):
-    k, j = len(a.out_shape), len(a.in_shape)
     da = np.asarray(da).reshape(int(np.prod(a.out_shape)), int(np.prod(a.in_shape)))
     db = np.asarray(db).reshape(int(np.prod(b.out_shape)), int(np.prod(b.in_shape)))
     return (da @ db).reshape(a.out_shape + b.in_shape)

@@ -6,7 +6,6 @@ pyproject.toml); jaxprs change between JAX releases.
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import alphagrad as ag
@@ -62,7 +61,7 @@ def test_sub_jaxprs_are_inlined():
 
 def test_dead_code_constants_and_noops_are_not_vertices():
     def f(x):
-        unused = jnp.exp(x) * 3.0  # dead
+        _ = jnp.exp(x) * 3.0  # dead code
         c = jnp.arange(3.0) * 2.0 + 1.0  # constant: folded
         y = x.astype(jnp.float32)  # same dtype: merged
         z = jax.lax.stop_gradient(x) * x  # stop_gradient: no edge through the first factor
