@@ -32,7 +32,6 @@ _INLINE = {
     "remat": "jaxpr",
     "remat2": "jaxpr",
     "checkpoint": "jaxpr",
-    "custom_lin": None,
 }
 
 _CONTROL_FLOW = {
@@ -172,7 +171,7 @@ class _Builder:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             ins = [read(a) for a in eqn.invars]
-            if name in _INLINE and _INLINE[name] is not None:
+            if name in _INLINE:
                 sub = eqn.params[_INLINE[name]]
                 where = _source(eqn, source)
                 if isinstance(sub, jex.core.ClosedJaxpr):

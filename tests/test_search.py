@@ -7,19 +7,12 @@ import pytest
 
 import alphagrad as ag
 from alphagrad import baselines, engine, search
-
-
-def small(x, y, z):
-    a = jnp.sin(x * y)
-    b = jnp.exp(a + z)
-    c = a * b
-    d = jnp.cos(c - x)
-    return d * b, c + z * d
+from test_baselines import small_scalar
 
 
 @pytest.fixture(scope="module")
 def graph():
-    return ag.trace(small, 0.3, 0.5, 0.7)
+    return ag.trace(small_scalar, 0.3, 0.5, 0.7)
 
 
 def test_search_order_is_a_valid_order_never_worse_than_the_baselines(graph):
