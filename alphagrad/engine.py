@@ -80,6 +80,7 @@ def encode(
     num_vertices: int | None = None,
     num_structures: int | None = None,
     max_vertices: int = MAX_VERTICES,
+    rule_tables: rl.RuleTables | None = None,
 ) -> GameState:
     """The initial :class:`GameState` of ``graph``, padded.
 
@@ -89,6 +90,8 @@ def encode(
       num_vertices: pad to this many vertices (default: next multiple of 32).
       num_structures: pad the rule tables to this many structures (to batch graphs).
       max_vertices: the limit; larger graphs raise :class:`GraphTooLargeError`.
+      rule_tables: the graph's rule tables, if the caller keeps them (default: built
+        once and cached here).
     """
     V = graph.num_vertices
     if V > max_vertices:
@@ -99,7 +102,7 @@ def encode(
     P = num_vertices or padded_size(V)
     if P < V:
         raise ValueError(f"num_vertices={P} is smaller than the graph ({V} vertices)")
-    T = tables(graph)
+    T = rule_tables if rule_tables is not None else tables(graph)
     S = num_structures or padded_size(T.size, 64)  # few distinct shapes: few compiles
     if S < T.size:
         raise ValueError(f"num_structures={S} is smaller than the graph's {T.size} structures")

@@ -124,13 +124,16 @@ class Evaluator:
     Attributes:
       graph: the graph.
       convention: the cost convention.
+      rule_tables: the graph's rule tables if the caller keeps them (default: built once
+        and cached by :func:`alphagrad.engine.tables`).
     """
 
     graph: Graph
     convention: str = "exact"
+    rule_tables: object = None
 
     def __post_init__(self):
-        T = engine.tables(self.graph)
+        T = self.rule_tables if self.rule_tables is not None else engine.tables(self.graph)
         V = self.graph.num_vertices
         E = np.zeros((V, V), np.int32)
         for e in self.graph.edges:

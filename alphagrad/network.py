@@ -20,17 +20,19 @@ from alphagrad import engine
 
 NUM_FEATURES = 16
 NUM_EDGE_CHANNELS = 4
+#: Index of the "eliminable now" flag among a token's features.
+LEGAL_FEATURE = 8
 
 
 def observe(state: engine.GameState, scale) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Features of one state.
+    """Features of one state: the network's input.
 
     Returns:
-      ``(tokens [V, NUM_FEATURES], edges [V, V, NUM_EDGE_CHANNELS], mask [V])``: per-vertex
-      features (log sizes of the leading axes and of the whole value, kind, legality,
-      degrees, with/without-value edge counts, the current cost of eliminating the vertex
-      relative to ``scale``), the edge channels (a value-carrying edge i->j, a +-1 edge
-      i->j, and both reversed) and which tokens are real vertices.
+      ``(tokens [V, NUM_FEATURES], edges [V, V] int8, mask [V])``: per-vertex features
+      (log sizes of the leading axes and of the whole value, kind, legality, degrees,
+      with/without-value edge counts, the current cost of eliminating the vertex relative
+      to ``scale``), the edge codes (0: none, 1: a value-carrying edge i->j, 2: a +-1
+      edge; compact, so replay buffers can hold many) and which tokens are real vertices.
     """
     E = state.edges
     present = E != 0
@@ -52,8 +54,15 @@ def observe(state: engine.GameState, scale) -> tuple[jax.Array, jax.Array, jax.A
         ],
         axis=-1,
     )
-    edges = f32(jnp.stack([value, unit, value.T, unit.T], -1))
-    return tokens, edges, kinds >= 0
+    codes = jnp.where(value, 1, jnp.where(unit, 2, 0)).astype(jnp.int8)
+    return tokens, codes, kinds >= 0
+
+
+def edge_channels(codes: jax.Array) -> jax.Array:
+    """``[V, V] int8`` edge codes -> ``[V, V, NUM_EDGE_CHANNELS]`` float channels: a
+    value-carrying edge i->j, a +-1 edge i->j, and both reversed."""
+    value, unit = codes == 1, codes == 2
+    return jnp.stack([value, unit, value.T, unit.T], -1).astype(jnp.float32)
 
 
 class Block(nn.Module):
@@ -86,13 +95,15 @@ class NetworkConfig:
 
 
 class PolicyValueNet(nn.Module):
-    """``(tokens [V, F], edges [V, V, C], mask [V]) -> (logits [V], value [])``."""
+    """``(tokens [V, F], edges [V, V] int8, mask [V]) -> (logits [V], value [])``, the
+    inputs as :func:`observe` returns them."""
 
     config: NetworkConfig = NetworkConfig()
 
     @nn.compact
     def __call__(self, tokens, edges, mask):
         c = self.config
+        edges = edge_channels(edges)
         x = nn.Dense(c.dim)(tokens)
         for _ in range(c.layers):
             x = Block(c.dim, c.heads)(x, edges, mask)
@@ -101,3 +112,16 @@ class PolicyValueNet(nn.Module):
         pooled = (x * mask[:, None]).sum(0) / jnp.maximum(mask.sum(), 1)
         value = nn.Dense(1)(nn.gelu(nn.Dense(c.dim)(pooled)))[0]
         return logits, value
+
+
+def loss(net: PolicyValueNet, params, batch: dict, value_weight: float = 1.0):
+    """Training loss on a batch of samples (see :func:`alphagrad.search.samples`):
+    cross-entropy to the policy target over the legal moves plus ``value_weight`` times
+    the squared value error. Returns ``(loss, {"policy_loss", "value_loss"})``."""
+    logits, value = jax.vmap(net.apply, in_axes=(None, 0, 0, 0))(params, batch["tokens"], batch["edges"],
+                                                                  batch["mask"])
+    legal = batch["tokens"][..., LEGAL_FEATURE] > 0.5
+    logp = jax.nn.log_softmax(jnp.where(legal, logits, -1e9), axis=-1)
+    policy = -(batch["policy"] * jnp.where(legal, logp, 0.0)).sum(-1).mean()
+    value_loss = jnp.square(value - batch["value"]).mean()
+    return policy + value_weight * value_loss, {"policy_loss": policy, "value_loss": value_loss}

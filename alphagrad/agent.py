@@ -1,0 +1,349 @@
+"""The pretrained agent: elimination orders for new functions in seconds.
+
+    agent = alphagrad.from_pretrained()          # the model shipped in the package
+    result = agent.order(f, *args, budget_s=10)  # zero-shot search, then a short fine-tune
+    jac = alphagrad.jacobian(f, order=result)(*args)
+
+:meth:`Agent.order` traces ``f``, scores forward, reverse and Markowitz, plays the
+network's greedy and sampled policies and Gumbel MuZero searches with the network as
+prior and value (*zero-shot*), then, within the time budget, adapts a copy of the
+network's weights to this one graph by short MCTS self-play (*fine-tune*). The result is
+the cheapest order seen during the whole process, so it is never worse than the best
+baseline. Results are cached by graph fingerprint and settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hub
+from alphagrad import baselines, engine, search
+from alphagrad.evaluator import Evaluator
+from alphagrad.graph import Graph
+from alphagrad.network import NUM_FEATURES, NetworkConfig, PolicyValueNet, loss
+
+#: The model shipped inside the package (``alphagrad.from_pretrained()``).
+BUNDLED_MODEL = os.path.join(os.path.dirname(__file__), "pretrained")
+
+
+def model_config(network: NetworkConfig, max_vertices: int, max_structures: int) -> dict:
+    """The config.json content of a model (the hub adds its type and format version)."""
+    return {"network": dataclasses.asdict(network), "max_vertices": int(max_vertices),
+            "max_structures": int(max_structures), "convention": "exact"}
+
+
+def _dummy_input(V: int = 32):
+    return jnp.zeros((V, NUM_FEATURES)), jnp.zeros((V, V), jnp.int8), jnp.ones((V,), bool)
+
+
+@dataclasses.dataclass
+class OrderResult:
+    """An elimination order found by :meth:`Agent.order`.
+
+    Attributes:
+      order: intermediate vertex ids in elimination order (pass the result itself to
+        :func:`alphagrad.jacobian`).
+      cost: its multiplications (``exact`` convention, what the interpreter executes).
+      baselines: costs of ``forward``, ``reverse`` and ``markowitz`` on the same graph.
+      method: what found the order (``zero-shot greedy``, ``zero-shot sampled``,
+        ``zero-shot search``, ``fine-tune``, or a baseline's name).
+      zero_shot_cost: the best cost before fine-tuning.
+      seconds: wall time spent, compilation excluded.
+      compile_seconds: one-time jit compilation in this call (0 when already compiled).
+      history: ``(seconds, best cost so far)`` each time the best improved.
+      fingerprint: the graph's fingerprint (orders are checked against it).
+    """
+
+    order: list
+    cost: int
+    baselines: dict
+    method: str
+    zero_shot_cost: int
+    seconds: float
+    compile_seconds: float
+    history: list
+    fingerprint: str
+
+    @property
+    def best_baseline(self) -> int:
+        return min(self.baselines.values())
+
+    @property
+    def savings(self) -> float:
+        """Fraction of the best baseline's multiplications saved (0.2: 20% fewer)."""
+        return 1.0 - self.cost / self.best_baseline if self.best_baseline else 0.0
+
+    def __str__(self) -> str:
+        rows = [f"order ({len(self.order)} vertices, found by {self.method}): {self.order}",
+                f"multiplications: {self.cost:,}"]
+        rows += [f"  {name:<9} {c:>14,}  ({self.cost / c:.3f}x)" if c else f"  {name:<9} {c:>14,}"
+                 for name, c in self.baselines.items()]
+        rows.append(f"savings vs the best baseline: {100 * self.savings:.1f}% "
+                    f"(zero-shot {self.zero_shot_cost:,}); {self.seconds:.1f} s "
+                    f"+ {self.compile_seconds:.1f} s compiling")
+        return "\n".join(rows)
+
+
+class Agent(hub.AgentHubMixin):
+    """A pretrained policy-value network that proposes elimination orders.
+
+    Load one with :func:`alphagrad.from_pretrained`; save with ``save_pretrained(dir)``;
+    publish with ``push_to_hub(repo_id)`` (``dry_run=True`` writes the folder only).
+    """
+
+    def __init__(self, config: dict, params, card: str | None = None):
+        self.config = _check_config(config)
+        self.net = PolicyValueNet(NetworkConfig(**self.config["network"]))
+        self.params = jax.tree_util.tree_map(jnp.asarray, params)
+        self.card = card
+        self._cache: dict = {}
+        self._compiled: dict = {}
+
+    @property
+    def max_vertices(self) -> int:
+        return self.config["max_vertices"]
+
+    # -- hub hooks ------------------------------------------------------------------
+
+    def _hub_payload(self):
+        params = jax.tree_util.tree_map(np.asarray, self.params)
+        return self.config, params, self.card or hub.model_card(self.config, {})
+
+    @classmethod
+    def _from_hub_payload(cls, config: dict, params: dict, **kwargs):
+        config = _check_config(config)
+        net = PolicyValueNet(NetworkConfig(**config["network"]))
+        expected = jax.eval_shape(net.init, jax.random.key(0), *_dummy_input())
+        hub.check_shapes(expected, params)
+        return cls(config, params, **kwargs)
+
+    # -- orders ---------------------------------------------------------------------
+
+    def order(self, f, *example_args, budget_s: float | None = None, simulations: int | None = None,
+              finetune: bool = True, seed: int = 0, fallback: str | None = None,
+              progress: bool = True) -> OrderResult:
+        """A cheap elimination order for the Jacobian of ``f(*example_args)``.
+
+        Args:
+          f: a JAX function (or a traced :class:`~alphagrad.graph.Graph`).
+          *example_args: example arguments (only shapes and dtypes matter).
+          budget_s: seconds for the whole search, compilation excluded (default: 10 with
+            fine-tuning, else only the zero-shot phase).
+          simulations: Gumbel MuZero simulations per move (default 16).
+          finetune: adapt the network to this graph by MCTS self-play within the budget.
+          seed: PRNG seed of the search.
+          fallback: ``"markowitz"``: a graph over the model's vertex limit gets the
+            Markowitz order with a warning instead of an error.
+          progress: show a progress bar while fine-tuning.
+
+        Raises:
+          alphagrad.engine.GraphTooLargeError: the graph has more vertices than the model
+            handles (pass ``fallback="markowitz"`` for a classic order instead).
+        """
+        graph = f if isinstance(f, Graph) else _trace(f, *example_args)
+        simulations = 16 if simulations is None else int(simulations)
+        if budget_s is None:
+            budget_s = 10.0 if finetune else 0.0
+        key = (graph.fingerprint, float(budget_s), simulations, bool(finetune), int(seed))
+        if key in self._cache:
+            return self._cache[key]
+        if graph.num_vertices > self.max_vertices:
+            if fallback != "markowitz":
+                raise engine.GraphTooLargeError(
+                    f"the graph has {graph.num_vertices} vertices, more than this model's limit of "
+                    f"{self.max_vertices}; pass fallback='markowitz' for a Markowitz order, or use "
+                    f"alphagrad.baselines.anneal(graph) for local search")
+            warnings.warn(f"the graph has {graph.num_vertices} vertices, more than the model's limit of "
+                          f"{self.max_vertices}: returning the Markowitz order", stacklevel=2)
+        elif fallback not in (None, "markowitz"):
+            raise ValueError(f"fallback must be None or 'markowitz', got {fallback!r}")
+        result = _Search(self, graph, simulations, seed, progress).run(budget_s, finetune)
+        self._cache[key] = result
+        return result
+
+    def _compile(self, name: str, fn, *args, **static):
+        """An AOT-compiled ``fn`` for these argument shapes, and the seconds compiling took."""
+        shapes = tuple((x.shape, x.dtype) for x in jax.tree_util.tree_leaves(args))
+        k = (name, shapes, tuple(sorted(static.items())))
+        if k in self._compiled:
+            return self._compiled[k], 0.0
+        t = time.perf_counter()
+        compiled = fn.lower(*args, **static).compile()
+        self._compiled[k] = compiled
+        return compiled, time.perf_counter() - t
+
+
+def _trace(f, *args) -> Graph:
+    from alphagrad.trace import trace
+
+    return trace(f, *args)
+
+
+def _check_config(config: dict) -> dict:
+    try:
+        net = dict(config["network"])
+        NetworkConfig(**net)
+        out = {"network": net, "max_vertices": int(config["max_vertices"]),
+               "max_structures": int(config["max_structures"]), "convention": config.get("convention", "exact")}
+    except (KeyError, TypeError, ValueError) as e:
+        raise hub.NotAnAlphagradModelError(
+            f"the model config is not one this alphagrad reads ({type(e).__name__}: {e}); it needs "
+            f"'network' (dim, heads, layers), 'max_vertices' and 'max_structures'; upgrade alphagrad "
+            f"(`pip install -U alphagrad`) or re-export the model") from None
+    if out["convention"] != "exact":
+        raise hub.NotAnAlphagradModelError(f"unsupported cost convention {out['convention']!r} in the config")
+    return out
+
+
+@functools.cache
+def _finetune_update(net, tx):
+    @jax.jit
+    def update(params, opt_state, batch):
+        (_, aux), grads = jax.value_and_grad(functools.partial(loss, net), has_aux=True)(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return update
+
+
+class _Search:
+    """One call of :meth:`Agent.order`: keeps the best order seen and the clock."""
+
+    GAMES = 4  # games per search batch
+    SAMPLES = 16  # sampled rollouts per batch
+
+    def __init__(self, agent: Agent, graph: Graph, simulations: int, seed: int, progress: bool):
+        self.agent, self.graph, self.simulations, self.progress = agent, graph, simulations, progress
+        self.key = jax.random.key(seed)
+        self.t0 = time.perf_counter()
+        self.compile_s = 0.0
+        self.history: list = []
+        self.best = None  # (cost, order, method)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0 - self.compile_s
+
+    def offer(self, order, method: str, cost: int | None = None):
+        cost = self.ev.cost(order) if cost is None else cost
+        if self.best is None or cost < self.best[0]:
+            self.best = (int(cost), list(map(int, order)), method)
+            self.history.append((round(self.elapsed(), 3), int(cost)))
+
+    def call(self, name, fn, *args, **static):
+        compiled, secs = self.agent._compile(name, fn, *args, **static)
+        self.compile_s += secs
+        return compiled(*args)
+
+    def next_key(self):
+        self.key, sub = jax.random.split(self.key)
+        return sub
+
+    def run(self, budget_s: float, finetune: bool) -> OrderResult:
+        g = self.graph
+        self.ev = Evaluator(g, "exact")
+        costs = {}
+        for name, fn in (("forward", baselines.forward), ("reverse", baselines.reverse),
+                         ("markowitz", baselines.markowitz)):
+            order = fn(g)
+            costs[name] = self.ev.cost(order)
+            self.offer(order, name, costs[name])
+        self.baseline_costs = costs
+        zero_shot = self.best[0]
+        if g.intermediates and g.num_vertices <= self.agent.max_vertices:
+            self.zero_shot()
+            zero_shot = self.best[0]
+            if finetune:
+                self.finetune(budget_s)
+        cost, order, method = self.best
+        return OrderResult(order=order, cost=cost, baselines=costs, method=method, zero_shot_cost=zero_shot,
+                           seconds=round(self.elapsed(), 3), compile_seconds=round(self.compile_s, 3),
+                           history=self.history, fingerprint=g.fingerprint)
+
+    def _states(self, n: int):
+        T = engine.tables(self.graph)
+        S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
+        state = engine.encode(self.graph, "exact", num_structures=S, max_vertices=self.agent.max_vertices)
+        scale = float(max(min(self.baseline_costs.values()), 1))
+        return search.batch_states([state] * n), jnp.full((n,), scale, jnp.float32)
+
+    def _play(self, params, state, scale, record=False):
+        prior = search.network_prior(self.agent.net)
+        return self.call("play", search.play, params, self.next_key(), state, scale, prior=prior,
+                         simulations=self.simulations, max_considered=min(16, len(self.graph.intermediates) + 1),
+                         record=record)
+
+    def _sampled(self, params, temperature):
+        state, scale = self._states(self.SAMPLES)
+        prior = search.network_prior(self.agent.net)
+        traj = self.call("rollout", search.rollout, params, self.next_key(), state, scale,
+                         jnp.float32(temperature), prior=prior)
+        return search.orders(traj)
+
+    def zero_shot(self):
+        params = self.agent.params
+        state, scale = self._states(1)
+        prior = search.network_prior(self.agent.net)
+        greedy = self.call("rollout", search.rollout, params, self.next_key(), state, scale, jnp.float32(0.0),
+                           prior=prior)
+        self.offer(search.orders(greedy)[0], "zero-shot greedy")
+        for order in self._sampled(params, 1.0):
+            self.offer(order, "zero-shot sampled")
+        state, scale = self._states(self.GAMES)
+        for order in search.orders(self._play(params, state, scale)):
+            self.offer(order, "zero-shot search")
+
+    def finetune(self, budget_s: float):
+        from tqdm.auto import tqdm
+
+        tx = optax.adam(1e-4)
+        params = self.agent.params
+        opt_state = tx.init(params)
+        update = _finetune_update(self.agent.net, tx)
+        rng = np.random.default_rng(0)
+        bar = tqdm(total=round(budget_s, 1), desc="fine-tune", unit="s", disable=not self.progress, leave=False)
+        while self.elapsed() < budget_s:
+            state, scale = self._states(self.GAMES)
+            traj = self._play(params, state, scale, record=True)
+            for order in search.orders(traj):
+                self.offer(order, "fine-tune")
+            data = search.samples(traj, scale)
+            for _ in range(4):
+                idx = rng.integers(0, len(data["value"]), 32)
+                params, opt_state = update(params, opt_state, {k: v[idx] for k, v in data.items()})
+            for order in self._sampled(params, 1.0):
+                self.offer(order, "fine-tune")
+            bar.n = min(round(self.elapsed(), 1), bar.total)
+            bar.set_postfix(best=f"{self.best[0]:,}")
+            bar.refresh()
+        bar.close()
+
+
+def from_pretrained(model_id_or_path: str | os.PathLike | None = None, revision: str | None = None,
+                    **kwargs) -> Agent:
+    """Loads a pretrained :class:`Agent`.
+
+    Args:
+      model_id_or_path: a local directory or a Hugging Face Hub repo id; None: the model
+        shipped inside the package (works offline).
+      revision: a branch, tag or commit of the hub repo.
+      **kwargs: passed to ``huggingface_hub`` (``cache_dir``, ``token``,
+        ``local_files_only``, ``force_download``).
+    """
+    if model_id_or_path is None:
+        if revision is not None:
+            raise ValueError("revision applies to hub repos, not to the bundled model")
+        if not os.path.isfile(os.path.join(BUNDLED_MODEL, hub.WEIGHTS_NAME)):
+            raise hub.ModelNotFoundError(
+                f"the bundled model is missing from {BUNDLED_MODEL}; reinstall alphagrad or pass a "
+                f"model directory or hub repo id")
+        model_id_or_path = BUNDLED_MODEL
+    return Agent.from_pretrained(model_id_or_path, revision=revision, **kwargs)

@@ -1,0 +1,378 @@
+"""hub/: saving, loading (local directories and the Hugging Face cache, offline), error
+messages, push_to_hub's dry run and the model card. No test touches the network: Hub
+access is either offline mode or a monkeypatched function."""
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import safetensors.numpy
+from huggingface_hub import HfApi, ModelCard, ModelHubMixin
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.errors import (
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from safetensors import safe_open
+
+import hub
+from hub import (
+    CARD_NAME,
+    CONFIG_NAME,
+    FILE_NAMES,
+    FORMAT_VERSION,
+    MODEL_TYPE,
+    WEIGHTS_NAME,
+    AgentHubMixin,
+    ModelLoadError,
+    ModelNotFoundError,
+    NotAnAlphagradModelError,
+    UnsupportedFormatError,
+    check_shapes,
+    load_files,
+    model_card,
+    save_files,
+)
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+EVALUATION = "| function | alphagrad | reverse |\n| --- | --- | --- |\n| f | 10 | 12 |\n"
+TRAINING = {"steps": 1000, "learning_rate": 0.001, "optimizer": "adam"}
+
+
+class Dummy(AgentHubMixin):
+    """A stand-in for alphagrad's Agent: config {"dim": d}, one dense layer."""
+
+    def __init__(self, config, params):
+        self.config = config
+        self.params = params
+
+    @staticmethod
+    def expected_shapes(config):
+        return {"params": {"Dense_0": {"kernel": (3, config["dim"]), "bias": (config["dim"],)}}}
+
+    def _hub_payload(self):
+        card = model_card(self.config, {"training": TRAINING, "evaluation": EVALUATION})
+        return self.config, self.params, card
+
+    @classmethod
+    def _from_hub_payload(cls, config, params):
+        check_shapes(cls.expected_shapes(config), params)
+        return cls(config, params)
+
+
+def make_dummy(dim=4):
+    rng = np.random.default_rng(0)
+    params = {"params": {"Dense_0": {"kernel": rng.standard_normal((3, dim)).astype(np.float32),
+                                     "bias": rng.standard_normal(dim).astype(np.float32)}}}
+    return Dummy({"dim": dim}, params)
+
+
+def assert_same(agent, loaded):
+    assert loaded.config == agent.config
+    want, got = agent.params["params"]["Dense_0"], loaded.params["params"]["Dense_0"]
+    assert set(got) == {"kernel", "bias"}
+    for name in want:
+        assert got[name].dtype == np.float32
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+def file_bytes(directory):
+    return {p.name: p.read_bytes() for p in Path(directory).iterdir()}
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache that huggingface_hub uses by default."""
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access")
+    for name in ("create_repo", "create_branch", "upload_folder", "create_commit", "upload_file"):
+        monkeypatch.setattr(HfApi, name, refuse)
+
+
+def put_in_cache(cache, repo_id, source_dir, commit=COMMIT, ref="main"):
+    """The cache layout hf_hub_download reads: refs/<ref> holds the commit, snapshots/<commit>/ the files."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / ref).write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name, data in file_bytes(source_dir).items():
+        (snapshot / name).write_bytes(data)
+    return snapshot
+
+
+# ------------------------------------------------------------------------ save and load
+
+
+def test_save_pretrained_round_trip(tmp_path):
+    agent = make_dummy()
+    assert agent._hub_mixin_config is None  # ModelHubMixin captured no __init__ arguments
+    target = tmp_path / "model"
+    assert agent.save_pretrained(target) is None
+    assert sorted(os.listdir(target)) == sorted(FILE_NAMES)
+    assert_same(agent, Dummy.from_pretrained(target))
+    assert_same(agent, Dummy.from_pretrained(str(target)))
+
+    config = json.loads((target / CONFIG_NAME).read_text())
+    assert config == {"dim": 4, "model_type": MODEL_TYPE, "format_version": FORMAT_VERSION}
+    assert (target / CONFIG_NAME).read_text() == json.dumps(config, sort_keys=True, indent=2) + "\n"
+    assert (target / CARD_NAME).read_text() == agent._hub_payload()[2]
+
+    flat = safetensors.numpy.load_file(target / WEIGHTS_NAME)
+    assert set(flat) == {"params/Dense_0/kernel", "params/Dense_0/bias"}
+    np.testing.assert_array_equal(flat["params/Dense_0/kernel"], agent.params["params"]["Dense_0"]["kernel"])
+    with safe_open(target / WEIGHTS_NAME, "np") as f:
+        assert f.metadata() == {"format": "np", "model_type": MODEL_TYPE, "format_version": "1"}
+
+
+def test_save_files_is_deterministic_and_atomic(tmp_path, monkeypatch):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path / "a")
+    first = file_bytes(tmp_path / "a")
+    for _ in range(5):  # safetensors' own metadata order varies from call to call; ours does not
+        agent.save_pretrained(tmp_path / "b")
+        assert file_bytes(tmp_path / "b") == first
+
+    def crash(fd):
+        raise OSError("disk full")
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_files(tmp_path / "b", {"dim": 5}, make_dummy(5).params, "card")
+    assert file_bytes(tmp_path / "b") == first  # old files intact, no temporary left behind
+
+
+def test_save_files_rejects_bad_input(tmp_path):
+    params = make_dummy().params
+    with pytest.raises(ValueError, match="reserved"):
+        save_files(tmp_path, {"model_type": "bert"}, params, "card")
+    with pytest.raises(ValueError, match="JSON-serializable"):
+        save_files(tmp_path, {"dim": object()}, params, "card")
+    with pytest.raises(ValueError, match="without '/'"):
+        save_files(tmp_path, {}, {"a/b": np.zeros(2)}, "card")
+    assert os.listdir(tmp_path) == []
+    assert save_files(tmp_path / "x", {"model_type": MODEL_TYPE}, params, "card") == list(FILE_NAMES)
+
+
+def test_load_from_hf_cache_offline(tmp_path, hf_cache, offline):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path / "saved")
+    put_in_cache(hf_cache, "org/name", tmp_path / "saved")
+    assert_same(agent, Dummy.from_pretrained("org/name"))
+    assert_same(agent, Dummy.from_pretrained("org/name", revision="main"))
+    assert_same(agent, Dummy.from_pretrained("org/name", revision=COMMIT))
+    config, _ = load_files("org/name", local_files_only=True)
+    assert config == {"dim": 4}
+
+    other = tmp_path / "other-cache"  # cache_dir= instead of HF_HUB_CACHE
+    other.mkdir()
+    put_in_cache(other, "org/name2", tmp_path / "saved")
+    assert_same(agent, Dummy.from_pretrained("org/name2", cache_dir=other))
+
+
+def test_offline_and_not_cached(hf_cache, offline):
+    with pytest.raises(ModelNotFoundError, match="offline") as info:
+        Dummy.from_pretrained("org/absent")
+    assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, ValueError)
+    message = str(info.value)
+    assert "HF_HUB_OFFLINE" in message and "not in the local Hugging Face cache" in message
+    assert "local model directory" in message
+    with pytest.raises(ModelNotFoundError, match="offline"):
+        Dummy.from_pretrained("org/absent", revision=COMMIT)
+    with pytest.raises(ValueError, match="force_download"):
+        Dummy.from_pretrained("org/absent", force_download=True)
+
+
+def test_local_files_only_and_not_cached(hf_cache, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    with pytest.raises(ModelNotFoundError, match="local_files_only=True"):
+        load_files("org/absent", local_files_only=True)
+
+
+@pytest.mark.parametrize("error, expected", [
+    (RepositoryNotFoundError, ["not found on the Hugging Face Hub", "hf auth login", "repo id"]),
+    (RevisionNotFoundError, ["revision 'v9' was not found", "branch, tag or commit"]),
+    (RemoteEntryNotFoundError, ["no config.json", "alphagrad.from_pretrained()"]),
+    (LocalEntryNotFoundError, ["could not be reached", "not in the local cache", "network"]),
+])
+def test_hub_errors_are_explained(monkeypatch, hf_cache, error, expected):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    response = SimpleNamespace(headers={}, request=None, status_code=404)
+
+    def fake_download(**kwargs):
+        if error is LocalEntryNotFoundError:
+            raise error("connection error")
+        raise error("404 Client Error", response=response)
+    monkeypatch.setattr(hub, "hf_hub_download", fake_download)
+    with pytest.raises(ModelLoadError) as info:
+        Dummy.from_pretrained("org/name", revision="v9")
+    for text in expected:
+        assert text in str(info.value)
+    assert isinstance(info.value.__cause__, error)
+
+
+def test_not_an_alphagrad_model(tmp_path):
+    good = tmp_path / "good"
+    make_dummy().save_pretrained(good)
+    config = json.loads((good / CONFIG_NAME).read_text())
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(NotAnAlphagradModelError, match="has no config.json") as info:
+        Dummy.from_pretrained(empty)
+    assert "alphagrad.from_pretrained()` without an argument" in str(info.value)
+
+    (empty / CONFIG_NAME).write_text(json.dumps({**config, "model_type": "bert"}))
+    with pytest.raises(NotAnAlphagradModelError, match="model_type 'bert', expected 'alphagrad-policy-value'"):
+        Dummy.from_pretrained(empty)
+
+    (empty / CONFIG_NAME).write_text(json.dumps({**config, "format_version": 999}))
+    with pytest.raises(UnsupportedFormatError, match="format version 999") as info:
+        Dummy.from_pretrained(empty)
+    assert "pip install -U alphagrad" in str(info.value)
+
+    (empty / CONFIG_NAME).write_text(json.dumps(config))
+    with pytest.raises(NotAnAlphagradModelError, match="no model.safetensors"):
+        Dummy.from_pretrained(empty)
+
+    (empty / WEIGHTS_NAME).write_bytes((good / WEIGHTS_NAME).read_bytes()[:40])
+    with pytest.raises(NotAnAlphagradModelError, match="damaged or truncated"):
+        Dummy.from_pretrained(empty)
+
+    with pytest.raises(ValueError, match="local directory"):
+        Dummy.from_pretrained(good, revision="main")
+
+
+@pytest.mark.parametrize("path", ["./missing_dir", "a/b/c", "/no/such/dir"])
+def test_missing_directory(path, hf_cache, offline):
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        Dummy.from_pretrained(path)
+
+
+def test_mismatched_weight_shapes(tmp_path):
+    target = tmp_path / "model"
+    make_dummy().save_pretrained(target)
+    config = json.loads((target / CONFIG_NAME).read_text())
+    (target / CONFIG_NAME).write_text(json.dumps({**config, "dim": 5}))
+    with pytest.raises(ValueError, match="do not match the config") as info:
+        Dummy.from_pretrained(target)
+    assert "params/Dense_0/kernel expected (3, 5), got (3, 4)" in str(info.value)
+
+
+def test_check_shapes_lists_differences():
+    check_shapes({"a": (2,), "b": {"c": (1, 2)}}, {"a": np.zeros(2), "b": {"c": np.zeros((1, 2))}})
+    expected = {f"w{i}": (1,) for i in range(8)}
+    with pytest.raises(ValueError) as info:
+        check_shapes(expected, {"w0": np.zeros(2), "extra": np.zeros(1)})
+    message = str(info.value)
+    assert "missing (7): w1, w2, w3, w4, w5 ... and 2 more" in message
+    assert "unexpected (1): extra" in message
+    assert "shape mismatch (1): w0 expected (1,), got (2,)" in message
+
+
+# ----------------------------------------------------------------------------- push_to_hub
+
+
+def test_push_to_hub_dry_run(tmp_path, no_network):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path / "saved")
+    target = tmp_path / "dry"
+    assert agent.push_to_hub("org/name", dry_run=target, private=True, revision="dev") == str(target)
+    assert file_bytes(target) == file_bytes(tmp_path / "saved")
+    assert agent.push_to_hub("org/name", dry_run=str(target)) == str(target)  # again: overwrites
+
+    temporary = Path(agent.push_to_hub("org/name", dry_run=True))
+    assert file_bytes(temporary) == file_bytes(tmp_path / "saved")
+
+    agent.push_to_hub("org/name", dry_run=tmp_path / "filtered", ignore_patterns=["*.md"])
+    assert sorted(os.listdir(tmp_path / "filtered")) == [CONFIG_NAME, WEIGHTS_NAME]
+
+    (target / "stale.bin").write_bytes(b"x")
+    with pytest.raises(FileExistsError, match="stale.bin"):
+        agent.push_to_hub("org/name", dry_run=target)
+    with pytest.raises(ValueError, match="Repo id"):
+        agent.push_to_hub("a/b/c", dry_run=True)
+
+
+def test_push_to_hub_uploads_the_dry_run_folder(tmp_path, monkeypatch):
+    agent = make_dummy()
+    dry = agent.push_to_hub("org/name", dry_run=tmp_path / "dry")
+    calls = {}
+
+    def create_repo(self, repo_id, **kwargs):
+        calls["create_repo"] = (repo_id, kwargs)
+        return SimpleNamespace(repo_id=repo_id)
+
+    def create_branch(self, repo_id, **kwargs):
+        calls["create_branch"] = (repo_id, kwargs)
+
+    def upload_folder(self, **kwargs):
+        calls["upload_folder"] = kwargs
+        calls["uploaded"] = file_bytes(kwargs["folder_path"])
+        return "https://huggingface.co/org/name/commit/abc"
+    monkeypatch.setattr(HfApi, "create_repo", create_repo)
+    monkeypatch.setattr(HfApi, "create_branch", create_branch)
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+
+    url = agent.push_to_hub("org/name", private=True, revision="dev")
+    assert url == "https://huggingface.co/org/name/commit/abc"
+    assert calls["uploaded"] == file_bytes(dry)
+    assert calls["create_repo"] == ("org/name", {"private": True, "exist_ok": True})
+    assert calls["create_branch"] == ("org/name", {"branch": "dev", "exist_ok": True})
+    assert calls["upload_folder"]["revision"] == "dev"
+    assert calls["upload_folder"]["repo_type"] == "model"
+    with pytest.raises(ValueError, match="config= is not supported"):
+        agent.push_to_hub("org/name", config={"dim": 4})
+
+
+def test_mixin_is_a_model_hub_mixin():
+    assert isinstance(make_dummy(), ModelHubMixin)
+    card = make_dummy().generate_model_card()
+    assert card.data.library_name == "alphagrad"
+
+
+# ------------------------------------------------------------------------------ model card
+
+
+def test_model_card():
+    text = model_card({"dim": 4}, {"training": TRAINING, "evaluation": EVALUATION, "repo_id": "org/name"})
+    assert text == model_card({"dim": 4}, {"evaluation": EVALUATION, "training": dict(reversed(TRAINING.items())),
+                                           "repo_id": "org/name"})
+    assert text.startswith("---\nlibrary_name: alphagrad\n")
+    data = ModelCard(text).data
+    assert data.library_name == "alphagrad" and data.license == "apache-2.0"
+    assert data.tags == ["jax", "flax", "automatic-differentiation", "jacobian", "vertex-elimination", "alphazero"]
+    assert "pipeline_tag" not in text
+    assert "| Key | Value |\n| --- | --- |\n| learning_rate | 0.001 |\n| optimizer | adam |\n| steps | 1000 |" in text
+    assert "## Evaluation\n\n" + EVALUATION in text
+    assert 'agent = alphagrad.from_pretrained("org/name")' in text
+    assert "alphagrad.jacobian(f, order=result)(*args)" in text
+    assert '"model_type": "alphagrad-policy-value"' in text
+
+    bare = model_card({"dim": 4}, {})
+    assert "No evaluation recorded." in bare and "agent = alphagrad.from_pretrained()\n" in bare
+    with pytest.raises(ValueError, match="unknown info keys"):
+        model_card({"dim": 4}, {"evaluaton": EVALUATION})
+    with pytest.raises(ValueError, match="flat"):
+        model_card({"dim": 4}, {"training": {"optimizer": {"lr": 1}}})
