@@ -138,7 +138,7 @@ class Agent(hub.AgentHubMixin):
           *example_args: example arguments (only shapes and dtypes matter).
           budget_s: seconds for the whole search, compilation excluded (default: 10 with
             fine-tuning, else only the zero-shot phase).
-          simulations: Gumbel MuZero simulations per move (default 16).
+          simulations: Gumbel MuZero simulations per move (default 8; 0: no search).
           finetune: adapt the network to this graph by MCTS self-play within the budget.
           seed: PRNG seed of the search.
           fallback: ``"markowitz"``: a graph over the model's vertex limit gets the
@@ -150,7 +150,7 @@ class Agent(hub.AgentHubMixin):
             handles (pass ``fallback="markowitz"`` for a classic order instead).
         """
         graph = f if isinstance(f, Graph) else _trace(f, *example_args)
-        simulations = 16 if simulations is None else int(simulations)
+        simulations = 8 if simulations is None else int(simulations)
         if budget_s is None:
             budget_s = 10.0 if finetune else 0.0
         key = (graph.fingerprint, float(budget_s), simulations, bool(finetune), int(seed))
@@ -218,7 +218,7 @@ def _finetune_update(net, tx):
 class _Search:
     """One call of :meth:`Agent.order`: keeps the best order seen and the clock."""
 
-    GAMES = 4  # games per search batch
+    GAMES = 2  # games per search batch
     SAMPLES = 16  # sampled rollouts per batch
 
     def __init__(self, agent: Agent, graph: Graph, simulations: int, seed: int, progress: bool):
@@ -252,14 +252,14 @@ class _Search:
         self.ev = Evaluator(g, "exact")
         costs = {}
         for name, fn in (("forward", baselines.forward), ("reverse", baselines.reverse),
-                         ("markowitz", baselines.markowitz)):
+                         ("markowitz", lambda g: self.ev.markowitz())):
             order = fn(g)
             costs[name] = self.ev.cost(order)
             self.offer(order, name, costs[name])
-        self.baseline_costs = costs
+        self.scale = float(max(min(costs.values()), 1))
         zero_shot = self.best[0]
         if g.intermediates and g.num_vertices <= self.agent.max_vertices:
-            self.zero_shot()
+            self.zero_shot(search_games=not finetune)
             zero_shot = self.best[0]
             if finetune:
                 self.finetune(budget_s)
@@ -272,7 +272,7 @@ class _Search:
         T = engine.tables(self.graph)
         S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
         state = engine.encode(self.graph, "exact", num_structures=S, max_vertices=self.agent.max_vertices)
-        scale = float(max(min(self.baseline_costs.values()), 1))
+        scale = self.scale
         return search.batch_states([state] * n), jnp.full((n,), scale, jnp.float32)
 
     def _play(self, params, state, scale, record=False):
@@ -281,46 +281,59 @@ class _Search:
                          simulations=self.simulations, max_considered=min(16, len(self.graph.intermediates) + 1),
                          record=record)
 
-    def _sampled(self, params, temperature):
+    def _rollouts(self, params, greedy: bool):
+        """``SAMPLES`` games by the policy alone: sampled at temperature 1, the first one
+        greedy if ``greedy``."""
         state, scale = self._states(self.SAMPLES)
+        temperature = jnp.ones(self.SAMPLES).at[0].set(0.0 if greedy else 1.0)
         prior = search.network_prior(self.agent.net)
-        traj = self.call("rollout", search.rollout, params, self.next_key(), state, scale,
-                         jnp.float32(temperature), prior=prior)
-        return search.orders(traj)
+        return self.call("rollout", search.rollout, params, self.next_key(), state, scale, temperature,
+                         prior=prior, record=True)
 
-    def zero_shot(self):
+    def zero_shot(self, search_games: bool):
+        """The network's greedy order, sampled orders, and (if ``search_games``) one batch
+        of Gumbel MuZero games with the network as prior and value."""
         params = self.agent.params
-        state, scale = self._states(1)
-        prior = search.network_prior(self.agent.net)
-        greedy = self.call("rollout", search.rollout, params, self.next_key(), state, scale, jnp.float32(0.0),
-                           prior=prior)
-        self.offer(search.orders(greedy)[0], "zero-shot greedy")
-        for order in self._sampled(params, 1.0):
+        greedy, *sampled = search.orders(self._rollouts(params, greedy=True))
+        self.offer(greedy, "zero-shot greedy")
+        for order in sampled:
             self.offer(order, "zero-shot sampled")
-        state, scale = self._states(self.GAMES)
-        for order in search.orders(self._play(params, state, scale)):
-            self.offer(order, "zero-shot search")
+        if search_games and self.simulations > 0:
+            state, scale = self._states(self.GAMES)
+            for order in search.orders(self._play(params, state, scale)):
+                self.offer(order, "zero-shot search")
 
     def finetune(self, budget_s: float):
+        """Adapts a copy of the weights to this graph until ``budget_s``: rounds of sampled
+        self-play whose cheapest games become policy targets, alternating with Gumbel
+        MuZero games whose improved policies become targets."""
         from tqdm.auto import tqdm
 
-        tx = optax.adam(1e-4)
+        tx = optax.adam(3e-4)
         params = self.agent.params
         opt_state = tx.init(params)
         update = _finetune_update(self.agent.net, tx)
         rng = np.random.default_rng(0)
         bar = tqdm(total=round(budget_s, 1), desc="fine-tune", unit="s", disable=not self.progress, leave=False)
+        rounds = 0
         while self.elapsed() < budget_s:
-            state, scale = self._states(self.GAMES)
-            traj = self._play(params, state, scale, record=True)
+            if rounds % 2 and self.simulations > 0:
+                state, scale = self._states(self.GAMES)
+                traj = self._play(params, state, scale, record=True)
+            else:
+                traj = self._rollouts(params, greedy=False)
+                costs = np.asarray(traj.mults, np.int64).sum(0)
+                elite = costs <= np.quantile(costs, 0.25)
+                traj = traj.replace(active=traj.active & jnp.asarray(elite)[None, :],
+                                    weights=jax.nn.one_hot(traj.actions, traj.weights.shape[-1]))
             for order in search.orders(traj):
-                self.offer(order, "fine-tune")
-            data = search.samples(traj, scale)
+                if order:
+                    self.offer(order, "fine-tune")
+            data = search.samples(traj, traj.mults.shape[1] * [self.scale])
             for _ in range(4):
                 idx = rng.integers(0, len(data["value"]), 32)
                 params, opt_state = update(params, opt_state, {k: v[idx] for k, v in data.items()})
-            for order in self._sampled(params, 1.0):
-                self.offer(order, "fine-tune")
+            rounds += 1
             bar.n = min(round(self.elapsed(), 1), bar.total)
             bar.set_postfix(best=f"{self.best[0]:,}")
             bar.refresh()

@@ -71,8 +71,9 @@ def markowitz(graph: Graph, convention: str = "exact") -> list[int]:
     n = len(graph.intermediates)
     if n == 0:
         return []
+    S = max(64, 1 << (engine.tables(graph).size - 1).bit_length())  # few sizes: few compiles
     with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
-        order = _markowitz_scan(engine.encode(graph, convention))
+        order = _markowitz_scan(engine.encode(graph, convention, num_structures=S))
         return [int(v) for v in np.asarray(order)[:n]]
 
 
@@ -203,7 +204,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     """
     ev = Evaluator(graph, convention)
     if start is None:
-        starts = [forward(graph), reverse(graph), markowitz(graph, convention)]
+        starts = [forward(graph), reverse(graph), ev.markowitz()]
         start = min(starts, key=ev.cost)
     order = np.asarray(graph.check_order(start), np.int64)
     if len(order) < 2:

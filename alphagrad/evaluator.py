@@ -155,5 +155,13 @@ class Evaluator:
         n = E.shape[0]
         return int(_eliminate(E, self.compose, self.join, self.cost_table, int(v), np.empty(n, np.int64), np.empty(n, np.int64)))
 
+    def markowitz(self) -> list[int]:
+        """The order of :func:`alphagrad.baselines.markowitz` (a test checks they agree),
+        without compiling the JAX engine for this graph's size."""
+        inter = np.asarray(self.graph.intermediates, np.int64)
+        if len(inter) == 0:
+            return []
+        return [int(v) for v in _markowitz_nb(self.edges, self.compose, self.join, self.cost_table, inter)[0]]
+
     def vertex_cost(self, E: np.ndarray, v: int) -> int:
         return int(_vertex_cost(E, self.cost_table, int(v)))

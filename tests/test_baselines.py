@@ -82,3 +82,12 @@ def test_anneal_never_worse_than_its_start_and_deterministic_with_iterations():
     assert ag.cost(g, a1) <= ag.cost(g, start)
     assert sorted(a1) == sorted(g.intermediates)
     assert ag.cost(g, baselines.anneal(g, budget_s=0.5, seed=0)) <= ag.cost(g, start)
+
+
+def test_compiled_markowitz_equals_the_engine_markowitz():
+    from alphagrad.evaluator import Evaluator
+
+    for name in ("RoeFlux_1d", "RobotArm_6DOF", "HumanHeartDipole", "MLP"):
+        ex = ag.examples.get(name)
+        g = ag.trace(ex.fn, *ex.args)
+        assert Evaluator(g).markowitz() == baselines.markowitz(g), name
