@@ -204,6 +204,10 @@ def _check_config(config: dict) -> dict:
     return out
 
 
+#: Fine-tuning's optimiser (one object, so its compiled update is reused across calls).
+_FINETUNE_OPTIMIZER = optax.adam(3e-4)
+
+
 @functools.cache
 def _finetune_update(net, tx):
     @jax.jit
@@ -309,7 +313,7 @@ class _Search:
         MuZero games whose improved policies become targets."""
         from tqdm.auto import tqdm
 
-        tx = optax.adam(3e-4)
+        tx = _FINETUNE_OPTIMIZER
         params = self.agent.params
         opt_state = tx.init(params)
         update = _finetune_update(self.agent.net, tx)
@@ -332,7 +336,8 @@ class _Search:
             data = search.samples(traj, traj.mults.shape[1] * [self.scale])
             for _ in range(4):
                 idx = rng.integers(0, len(data["value"]), 32)
-                params, opt_state = update(params, opt_state, {k: v[idx] for k, v in data.items()})
+                batch = {k: v[idx] for k, v in data.items()}
+                params, opt_state = self.call("update", update, params, opt_state, batch)
             rounds += 1
             bar.n = min(round(self.elapsed(), 1), bar.total)
             bar.set_postfix(best=f"{self.best[0]:,}")

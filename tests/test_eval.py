@@ -1,0 +1,200 @@
+"""The evaluation report (``python -m eval``) and ``eval.readme_results`` on a tiny dataset
+and a tiny random agent: tables, plots and JSON written; failures (a crashing method, a
+missing dataset or model) reported while the rest completes; the leakage check; the
+README block replaced idempotently."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import datasets
+import jax
+import pytest
+
+import alphagrad
+from alphagrad.agent import Agent, _dummy_input, model_config
+from alphagrad.network import NetworkConfig, PolicyValueNet
+from data_gen import dataset as D
+from eval import __main__ as cli
+from eval import readme_results as RR
+from eval import report as R
+
+FAST = ["--budgets", "0.2", "--limit", "1", "--no-jacobian-bench", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("eval_data"))
+    config = D.BuildConfig(seed=3, num_random=6, num_heldout=3, large=1, large_size=(40, 60), chunk_size=8,
+                           zoo=("PropaneCombustion", "Lorenz63_RK4"), train=D.TRAIN.replace(num_ops=(5, 15)),
+                           heldout=D.HELDOUT.replace(num_ops=(10, 20)))
+    D.build(out, config, num_proc=1, progress=False, quiet=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A tiny random agent. Its vertex limit of 32 admits the small held-out random graphs
+    only, which keeps the agent's compilations to one graph size (larger graphs become
+    GraphTooLargeError failure rows)."""
+    net = PolicyValueNet(NetworkConfig(dim=16, heads=2, layers=1))
+    params = net.init(jax.random.key(0), *_dummy_input())
+    path = str(tmp_path_factory.mktemp("model"))
+    Agent(model_config(NetworkConfig(16, 2, 1), 32, 1024), params).save_pretrained(path)
+    return path
+
+
+def _read(path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _first(data, family):
+    ds = datasets.load_from_disk(data)["heldout"]
+    return next(r for r in ds if r["family"] == family)
+
+
+@pytest.fixture(scope="module")
+def full(data, model, tmp_path_factory):
+    """Every method on one small held-out random graph, with a --train-data dataset that
+    holds a copy of that graph's hash (the leakage check must flag it)."""
+    row = _first(data, "random_heldout")
+    leak = str(tmp_path_factory.mktemp("leak"))
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(
+        {"graph_hash": [row["graph_hash"], "0" * 16], "name": ["injected copy", "other"]})}).save_to_disk(leak)
+    out = str(tmp_path_factory.mktemp("report"))
+    argv = ["--model", model, "--data", data, "--out", out, "--families", "random_heldout", "--train-data", leak] + FAST
+    code = cli.main(argv)
+    return out, code, json.loads(_read(os.path.join(out, "report.json"))), row, argv
+
+
+def test_report_has_every_table_plot_and_method(full):
+    out, code, rep, row, argv = full
+    assert code == 0
+    for name in ("report.md", "report.json", "orders.jsonl", "per_graph.csv", "per_graph.md", "per_graph_long.csv",
+                 "summary.csv", "summary.md", "published.csv", "published.md", "failures.csv",
+                 "jacobian_runtime.csv", "plots/published_tasks.png", "plots/ratio_vs_size.png",
+                 "plots/ratio_vs_budget.png"):
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    assert rep["command"] == R.command_line(argv)
+    assert rep["methods"] == ["forward", "reverse", "markowitz", "optimal", "zero-shot", "agent@0.2s",
+                              "anneal@0.2s", "search@0.2s"]
+    recs = {r["method"]: r for r in rep["records"]}
+    assert set(recs) == set(rep["methods"])
+    best = min(row["cost_forward"], row["cost_reverse"], row["cost_markowitz"])
+    for m, r in recs.items():
+        assert r["status"] == "ok", (m, r.get("reason"))
+        assert r["cost"] == r["claimed_cost"] and r["best_baseline"] == best
+        assert r["ratio_best"] == pytest.approx(r["cost"] / best)
+        assert r["cost"] >= row["cost_optimal"]
+    assert recs["optimal"]["cost"] == row["cost_optimal"] == recs["zero-shot"]["optimum"]
+    for kind in ("agent", "anneal", "search"):
+        assert recs[f"{kind}@0.2s"]["seed"] == 0 and recs[f"{kind}@0.2s"]["budget_s"] == 0.2
+    checks = {c["check"]: c for c in rep["checks"]}
+    assert checks["every order re-scored by alphagrad.cost equals the cost its method claimed"]["status"] == "pass"
+    assert checks["same seed and budgets for every method"]["status"] == "pass"
+    # the injected duplicate is flagged, naming the graph
+    leak = checks["no held-out graph in train/validation"]
+    assert leak["status"] == "FAIL" and [d["graph_hash"] for d in leak["duplicates"]] == [row["graph_hash"]]
+    summary = {(s["family"], s["method"]): s for s in rep["summary"]}
+    assert summary[("all", "anneal@0.2s")]["ok"] == 1
+    md = _read(os.path.join(out, "report.md"))
+    assert R.command_line(argv) in md and "FAIL" in md and alphagrad.__version__ in md and jax.__version__ in md
+    assert row["name"] in _read(os.path.join(out, "per_graph.md"))
+    with open(os.path.join(out, "per_graph_long.csv")) as f:
+        assert len(list(csv.DictReader(f))) == len(rep["methods"])
+    orders = [json.loads(line) for line in _read(os.path.join(out, "orders.jsonl")).splitlines()]
+    assert {o["method"] for o in orders} == set(rep["methods"])
+
+
+def test_crashing_method_is_a_failure_row_and_the_rest_completes(data, tmp_path, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("annealing exploded")
+
+    monkeypatch.setattr(alphagrad.baselines, "anneal", boom)
+    out = str(tmp_path / "r")
+    code = cli.main(["--data", data, "--out", out, "--families", "published", "random_heldout",
+                     "--methods", "anneal"] + FAST)
+    assert code == 0
+    rep = json.loads(_read(os.path.join(out, "report.json")))
+    by = {(r["family"], r["method"]): r for r in rep["records"]}
+    for fam in ("published", "random_heldout"):
+        assert by[(fam, "anneal@0.2s")]["status"] == "failed"
+        assert "annealing exploded" in by[(fam, "anneal@0.2s")]["reason"]
+        assert by[(fam, "markowitz")]["status"] == "ok"
+    assert sum("annealing exploded" in f["reason"] for f in rep["failures"]) == 2
+    assert "annealing exploded" in _read(os.path.join(out, "report.md"))
+    # the published task: beside the published figures, Jacobian checked against jacrev
+    (pub,) = rep["published"]
+    assert pub["task"] == "PropaneCombustion" and pub["published"]["alphazero_ratio"] == pytest.approx(88 / 90, 1e-3)
+    (jc,) = rep["jacobian_checks"]
+    assert jc["task"] == "PropaneCombustion" and jc["status"] == "pass"
+    assert "PropaneCombustion" in _read(os.path.join(out, "published.md"))
+
+
+def test_missing_dataset_gives_a_report_and_exit_1(tmp_path):
+    out = str(tmp_path / "r")
+    assert cli.main(["--data", str(tmp_path / "nowhere"), "--out", out] + FAST) == 1
+    rep = json.loads(_read(os.path.join(out, "report.json")))
+    assert rep["failures"][0]["stage"] == "dataset" and "does not exist" in rep["failures"][0]["reason"]
+    assert "does not exist" in _read(os.path.join(out, "report.md"))
+
+
+def test_missing_model_and_empty_split_are_reported(data, tmp_path):
+    out = str(tmp_path / "r")
+    code = cli.main(["--model", str(tmp_path / "no_model"), "--data", data, "--out", out,
+                     "--families", "random_heldout", "--methods", "zero-shot"] + FAST)
+    assert code == 0  # the baselines still ran
+    rep = json.loads(_read(os.path.join(out, "report.json")))
+    zs = next(r for r in rep["records"] if r["method"] == "zero-shot")
+    assert zs["status"] == "failed" and zs["reason"].startswith("RuntimeError: model not loaded")
+    assert any(f["stage"] == "model" for f in rep["failures"])
+    assert "model not loaded" in _read(os.path.join(out, "report.md"))
+    # the tiny build has an empty validation split
+    out2 = str(tmp_path / "r2")
+    assert cli.main(["--data", data, "--split", "validation", "--out", out2] + FAST) == 1
+    rep2 = json.loads(_read(os.path.join(out2, "report.json")))
+    assert "is empty" in rep2["failures"][0]["reason"]
+
+
+def test_leakage_check_flags_a_duplicate():
+    train = {"train": {"a" * 16: "t1", "b" * 16: "t2"}, "validation": {"c" * 16: "v1"}}
+    clean = R.leakage_check({"d" * 16: "h1", "e" * 16: "h2"}, train)
+    assert clean["status"] == "pass" and not clean["duplicates"]
+    dirty = R.leakage_check({"d" * 16: "h1", "c" * 16: "h2"}, train)
+    assert dirty["status"] == "FAIL"
+    assert dirty["duplicates"] == [{"graph_hash": "c" * 16, "name": "h2", "found_in": "validation",
+                                    "name_there": "v1"}]
+
+
+def test_readme_results_replaces_the_block_idempotently(full, tmp_path):
+    out, _, rep, _, _ = full
+    readme = tmp_path / "README.md"
+    before, after = "# Title\n\nintro text\n\n## Results\n\n", "\n\n## Layout\n\nmore text\n"
+    readme.write_text(before + RR.START + "\nold numbers 0.123\n" + RR.END + after)
+    card = tmp_path / "card.md"
+    card.write_text("---\nlicense: apache-2.0\n---\n\n# Model\n")
+    assert RR.main([out, "--readme", str(readme), "--card", str(card)]) == 0
+    text = readme.read_text()
+    assert text.startswith(before + RR.START) and text.endswith(RR.END + after)
+    assert "old numbers" not in text
+    block = text[text.index(RR.START):text.index(RR.END)]
+    assert rep["command"] in block and "anneal@0.2s" in block
+    anneal = next(s for s in rep["summary"] if s["family"] == "all" and s["method"] == "anneal@0.2s")
+    assert R._fmt(anneal["gm_ratio_best"]) in block
+    card_text = card.read_text()
+    assert card_text.startswith("---\nlicense: apache-2.0\n---\n\n# Model\n") and RR.START in card_text
+    assert rep["command"] in card_text
+    assert RR.main([out, "--readme", str(readme), "--card", str(card)]) == 0  # idempotent
+    assert readme.read_text() == text and card.read_text() == card_text
+
+
+@pytest.mark.slow
+def test_jacobian_runtime_table_on_one_task():
+    ex = alphagrad.examples.get("PropaneCombustion")
+    g = alphagrad.trace(ex.fn, *ex.args)
+    (row,) = R.jacobian_runtime("PropaneCombustion", alphagrad.baselines.markowitz(g), batches=(1,), repeats=2)
+    assert row["batch"] == 1 and set(row["ms"]) == {"jacfwd", "jacrev", "fwd", "rev", "markowitz", "best"}
+    assert min(row["ratio"]["jacfwd"], row["ratio"]["jacrev"]) == 1.0
