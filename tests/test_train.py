@@ -201,3 +201,20 @@ def test_two_devices_data_parallel(data, tmp_path):
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
     assert line[1:4] == ["2", "2", "2"]  # two devices, a 2-device mesh, parameters replicated on both
     assert np.isfinite(float(line[4]))
+
+
+def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_path):
+    from train import export
+
+    import alphagrad
+
+    workdir, out = full_run
+    written = export.export(workdir, str(tmp_path / "model"))
+    assert sorted(written) == ["README.md", "config.json", "model.safetensors"]
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert "## Validation curve" in card and f"| {out['step']} |" in card
+    assert "warm-start" in card and "wall time" in card
+    agent = alphagrad.from_pretrained(str(tmp_path / "model"))
+    best = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
+    for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(best.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
