@@ -319,13 +319,20 @@ class _Search:
         update = _finetune_update(self.agent.net, tx)
         rng = np.random.default_rng(0)
         bar = tqdm(total=round(budget_s, 1), desc="fine-tune", unit="s", disable=not self.progress, leave=False)
-        rounds = 0
+        rounds, rollout_s, search_s = 0, None, None
         while self.elapsed() < budget_s:
-            if rounds % 2 and self.simulations > 0:
+            left = budget_s - self.elapsed()
+            # a search round costs about `simulations` rollout rounds until measured; skip
+            # it when it would overrun the budget
+            expected = search_s if search_s is not None else (rollout_s or 0.0) * self.simulations
+            start = self.elapsed()
+            if rounds % 2 and self.simulations > 0 and expected <= left:
                 state, scale = self._states(self.GAMES)
                 traj = self._play(params, state, scale, record=True)
+                search_s = self.elapsed() - start
             else:
                 traj = self._rollouts(params, greedy=False)
+                rollout_s = self.elapsed() - start
                 costs = np.asarray(traj.mults, np.int64).sum(0)
                 elite = costs <= np.quantile(costs, 0.25)
                 traj = traj.replace(active=traj.active & jnp.asarray(elite)[None, :],

@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", type=_floats, default=(5.0, 30.0, 60.0), help="seconds per graph for the "
                    "fine-tuned agent, annealing and the network-free search (default: 5,30,60)")
     p.add_argument("--limit", type=int, default=None, help="at most N graphs per family")
-    p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split)")
+    p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split); FAMILY:N evaluates at most N of that family")
     p.add_argument("--seed", type=int, default=0, help="seed of every method (default: 0)")
     p.add_argument("--methods", type=_methods, default=R.OPTIONAL_METHODS,
                    help="comma-separated subset of " + ",".join(R.OPTIONAL_METHODS) + " (default: all)")

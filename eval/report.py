@@ -126,14 +126,19 @@ def select_rows(ds, families, limit) -> tuple[list[dict], list[dict]]:
     :data:`FAMILY_ORDER` first) and failures for requested families without rows."""
     fams = ds["family"]
     present = sorted(set(fams), key=lambda f: (FAMILY_ORDER.index(f) if f in FAMILY_ORDER else 99, f))
-    wanted = list(families) if families else present
+    own_limit = {}  # "family:N" sets that family's limit
+    for f in families or ():
+        name, _, n = f.partition(":")
+        own_limit[name] = int(n) if n else limit
+    wanted = list(own_limit) if families else present
     failures = [{"stage": "dataset", "family": f, "reason": f"no rows of family {f!r} in the split "
                  f"(families present: {present})"} for f in wanted if f not in present]
     rows = []
     for fam in (f for f in present if f in wanted):
         idx = [i for i, f in enumerate(fams) if f == fam]
-        if limit is not None:
-            idx = idx[:limit]
+        n = own_limit.get(fam, limit)
+        if n is not None:
+            idx = idx[:n]
         rows += [ds[i] for i in idx]
     return rows, failures
 

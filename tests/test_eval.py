@@ -198,3 +198,14 @@ def test_jacobian_runtime_table_on_one_task():
     (row,) = R.jacobian_runtime("PropaneCombustion", alphagrad.baselines.markowitz(g), batches=(1,), repeats=2)
     assert row["batch"] == 1 and set(row["ms"]) == {"jacfwd", "jacrev", "fwd", "rev", "markowitz", "best"}
     assert min(row["ratio"]["jacfwd"], row["ratio"]["jacrev"]) == 1.0
+
+
+def test_per_family_limits():
+    import datasets
+
+    from eval import report as R
+
+    ds = datasets.Dataset.from_dict({"family": ["published"] * 3 + ["random_heldout"] * 3, "k": list(range(6))})
+    rows, failures = R.select_rows(ds, ("published:2", "random_heldout", "nope"), 1)
+    assert [r["k"] for r in rows] == [0, 1, 3]
+    assert len(failures) == 1 and "nope" in failures[0]["reason"]

@@ -218,3 +218,7 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
     best = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
     for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(best.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_resume_with_a_changed_config_warns():
+    assert loop._changed_keys({"a": 1, "n": {"b": 2}}, {"a": 1, "n": {"b": 3}}) == ["n.b 2 -> 3"]

@@ -367,7 +367,14 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
                          d.max_validation_graphs)
     log.info("train graphs: %d (left out: %s); validation graphs: %d; devices: %d", len(train_pool),
              train_pool.skipped or "none", len(val_pool), mesh.size)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
+    saved = os.path.join(workdir, "config.json")
+    if resume and os.path.exists(saved):
+        with open(saved) as f:
+            changed = _changed_keys(json.load(f), config.to_dict())
+        if changed:
+            warnings.warn(f"resuming with a changed config: {', '.join(changed)}; the run is no longer "
+                          f"the same as an uninterrupted one", stacklevel=2)
+    with open(saved, "w") as f:
         json.dump(config.to_dict(), f, indent=2, sort_keys=True)
 
     net, tx = network(config), optimizer(config)
@@ -436,6 +443,17 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     metrics_out.close()
     manager.wait_until_finished()
     return {"step": step, "params": params, "devices": mesh.size, **last}
+
+
+def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changed_keys(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k} {a!r} -> {b!r}")
+    return out
 
 
 def export_model(directory: str, config: TrainConfig, params, info: dict) -> None:
