@@ -77,6 +77,8 @@ def bench(config: C.TrainConfig, graph, repeats: int) -> dict:
              "mask": np.ones((config.batch_size, V), bool),
              "policy": np.full((config.batch_size, V), 1.0 / V, np.float32),
              "value": np.zeros(config.batch_size, np.float32)}
+    batch = jax.device_put(batch, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+    params, opt_state = jax.device_put((params, opt_state), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     t_upd = _median(lambda: update(params, opt_state, batch)[2]["loss"], repeats)
     n_sims = B * moves * sims
     per_sim = t_play / (moves * sims)
