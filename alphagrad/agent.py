@@ -223,7 +223,13 @@ class _Search:
     """One call of :meth:`Agent.order`: keeps the best order seen and the clock."""
 
     GAMES = 2  # games per search batch
-    SAMPLES = 16  # sampled rollouts per batch
+
+    @property
+    def samples(self) -> int:
+        """Sampled rollouts per batch: fewer on large graphs, where one network call
+        (quadratic in the vertex count) dominates."""
+        V = engine.padded_size(self.graph.num_vertices)
+        return 16 if V <= 128 else 8 if V <= 256 else 4
 
     def __init__(self, agent: Agent, graph: Graph, simulations: int, seed: int, progress: bool):
         self.agent, self.graph, self.simulations, self.progress = agent, graph, simulations, progress
@@ -286,10 +292,10 @@ class _Search:
                          record=record)
 
     def _rollouts(self, params, greedy: bool):
-        """``SAMPLES`` games by the policy alone: sampled at temperature 1, the first one
+        """``samples`` games by the policy alone: sampled at temperature 1, the first one
         greedy if ``greedy``."""
-        state, scale = self._states(self.SAMPLES)
-        temperature = jnp.ones(self.SAMPLES).at[0].set(0.0 if greedy else 1.0)
+        state, scale = self._states(self.samples)
+        temperature = jnp.ones(self.samples).at[0].set(0.0 if greedy else 1.0)
         prior = search.network_prior(self.agent.net)
         return self.call("rollout", search.rollout, params, self.next_key(), state, scale, temperature,
                          prior=prior, record=True)
