@@ -104,6 +104,8 @@ def main(argv=None) -> int:
             graph = _graph(task)
             r = bench(config, graph, args.repeats)
             rows.append({"config": name, "graph": f"{task} ({graph.num_vertices} vertices)", **r})
+            print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in rows[-1].items()),
+                  flush=True)
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
