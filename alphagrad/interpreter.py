@@ -285,15 +285,7 @@ def _embed_value(src: st.Structure, value, dst: st.Structure):
 def _to_dense(s: st.Structure, value=None):
     """``structure.to_dense(s, value)`` without a gather."""
     shape = s.out_shape + s.in_shape
-    axes = s.out_vars + s.in_vars
-    grid = np.indices(shape, sparse=True) if shape else []
-    mask = np.ones(shape, dtype=bool)
-    first: dict[int, int] = {}
-    for ax, v in enumerate(axes):
-        if v in first:
-            mask = mask & (grid[ax] == grid[first[v]])
-        else:
-            first[v] = ax
+    _, mask, first = st.dense_layout(s)
     if s.value_vars is None:
         return jnp.where(jnp.asarray(mask), float(s.sign), 0.0)
     value = jnp.asarray(value)

@@ -346,18 +346,26 @@ def embed_index(src: Structure, dst: Structure):
 # Dense expansion (for tests and for building values of small index maps).
 
 
-def to_dense(s: Structure, value=None, xp=np):
-    """Expands a structured Jacobian to its dense ``out_shape + in_shape`` array."""
+def dense_layout(s: Structure):
+    """``(grid, mask, first)`` of the dense ``out_shape + in_shape`` array: sparse index
+    grids, where axes sharing a variable agree (the diagonals), and each variable's first
+    axis."""
     shape = s.out_shape + s.in_shape
-    axes = s.out_vars + s.in_vars
     grid = np.indices(shape, sparse=True) if shape else []
     mask = np.ones(shape, dtype=bool)
     first: dict[int, int] = {}
-    for ax, v in enumerate(axes):
+    for ax, v in enumerate(s.out_vars + s.in_vars):
         if v in first:
             mask = mask & (grid[ax] == grid[first[v]])
         else:
             first[v] = ax
+    return grid, mask, first
+
+
+def to_dense(s: Structure, value=None, xp=np):
+    """Expands a structured Jacobian to its dense ``out_shape + in_shape`` array."""
+    shape = s.out_shape + s.in_shape
+    grid, mask, first = dense_layout(s)
     if s.value_vars is None:
         return xp.where(xp.asarray(mask), float(s.sign), 0.0)
     value = xp.asarray(value)
