@@ -137,13 +137,15 @@ class Agent(hub.AgentHubMixin):
           f: a JAX function (or a traced :class:`~alphagrad.graph.Graph`).
           *example_args: example arguments (only shapes and dtypes matter).
           budget_s: seconds for the whole search, compilation excluded (default: 10 with
-            fine-tuning, else only the zero-shot phase).
+            fine-tuning, 5 without). The network's greedy game and one batch of sampled
+            games always run; every further batch starts only if it is expected to end
+            within the budget.
           simulations: Gumbel MuZero simulations per move (default 8; 0: no search).
           finetune: adapt the network to this graph by MCTS self-play within the budget.
           seed: PRNG seed of the search.
           fallback: ``"markowitz"``: a graph over the model's vertex limit gets the
             Markowitz order with a warning instead of an error.
-          progress: show a progress bar while fine-tuning.
+          progress: show a progress bar (seconds of the budget spent, best cost so far).
 
         Raises:
           alphagrad.engine.GraphTooLargeError: the graph has more vertices than the model
@@ -152,7 +154,7 @@ class Agent(hub.AgentHubMixin):
         graph = f if isinstance(f, Graph) else _trace(f, *example_args)
         simulations = 8 if simulations is None else int(simulations)
         if budget_s is None:
-            budget_s = 10.0 if finetune else 0.0
+            budget_s = 10.0 if finetune else 5.0
         key = (graph.fingerprint, float(budget_s), simulations, bool(finetune), int(seed))
         if key in self._cache:
             return self._cache[key]
@@ -226,10 +228,10 @@ class _Search:
 
     @property
     def samples(self) -> int:
-        """Sampled rollouts per batch: fewer on large graphs, where one network call
+        """Games per rollout batch: fewer on large graphs, where one network call
         (quadratic in the vertex count) dominates."""
         V = engine.padded_size(self.graph.num_vertices)
-        return 16 if V <= 128 else 8 if V <= 256 else 4
+        return 8 if V <= 128 else 4 if V <= 256 else 2
 
     def __init__(self, agent: Agent, graph: Graph, simulations: int, seed: int, progress: bool):
         self.agent, self.graph, self.simulations, self.progress = agent, graph, simulations, progress
@@ -238,6 +240,7 @@ class _Search:
         self.compile_s = 0.0
         self.history: list = []
         self.best = None  # (cost, order, method)
+        self.took: dict = {}  # seconds the last batch of each kind took
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0 - self.compile_s
@@ -257,8 +260,32 @@ class _Search:
         self.key, sub = jax.random.split(self.key)
         return sub
 
+    def fits(self, kind: str) -> bool:
+        """Whether a batch of ``kind`` is expected to end within the budget. Until one has
+        been timed, a search batch is estimated at ``simulations`` rollout batches."""
+        took = self.took.get(kind)
+        if took is None and kind == "search":
+            took = self.took.get("rollout", 0.0) * self.simulations
+        return self.elapsed() + (took or 0.0) <= self.budget_s
+
+    def timed(self, kind: str, fn, *args):
+        start = self.elapsed()
+        out = jax.block_until_ready(fn(*args))
+        self.took[kind] = self.elapsed() - start
+        self.tick()
+        return out
+
+    def tick(self):
+        if self.bar is not None:
+            self.bar.n = min(round(self.elapsed(), 1), self.bar.total)
+            self.bar.set_postfix(best=f"{self.best[0]:,}")
+            self.bar.refresh()
+
     def run(self, budget_s: float, finetune: bool) -> OrderResult:
+        from tqdm.auto import tqdm
+
         g = self.graph
+        self.budget_s = budget_s
         self.ev = Evaluator(g, "exact")
         costs = {}
         for name, fn in (("forward", baselines.forward), ("reverse", baselines.reverse),
@@ -268,11 +295,15 @@ class _Search:
             self.offer(order, name, costs[name])
         self.scale = float(max(min(costs.values()), 1))
         zero_shot = self.best[0]
+        self.bar = None
         if g.intermediates and g.num_vertices <= self.agent.max_vertices:
-            self.zero_shot(search_games=not finetune)
+            self.bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not self.progress,
+                            leave=False)
+            self.zero_shot(more=not finetune)
             zero_shot = self.best[0]
             if finetune:
-                self.finetune(budget_s)
+                self.finetune()
+            self.bar.close()
         cost, order, method = self.best
         return OrderResult(order=order, cost=cost, baselines=costs, method=method, zero_shot_cost=zero_shot,
                            seconds=round(self.elapsed(), 3), compile_seconds=round(self.compile_s, 3),
@@ -285,7 +316,9 @@ class _Search:
         scale = self.scale
         return search.batch_states([state] * n), jnp.full((n,), scale, jnp.float32)
 
-    def _play(self, params, state, scale, record=False):
+    def _play(self, params, record=False):
+        """``GAMES`` Gumbel MuZero games with the network as prior and value."""
+        state, scale = self._states(self.GAMES)
         prior = search.network_prior(self.agent.net)
         return self.call("play", search.play, params, self.next_key(), state, scale, prior=prior,
                          simulations=self.simulations, max_considered=min(16, len(self.graph.intermediates) + 1),
@@ -300,45 +333,47 @@ class _Search:
         return self.call("rollout", search.rollout, params, self.next_key(), state, scale, temperature,
                          prior=prior, record=True)
 
-    def zero_shot(self, search_games: bool):
-        """The network's greedy order, sampled orders, and (if ``search_games``) one batch
-        of Gumbel MuZero games with the network as prior and value."""
+    def zero_shot(self, more: bool):
+        """The network's greedy order and one batch of sampled orders; then, if ``more``,
+        Gumbel MuZero games alternating with sampled batches while they fit the budget."""
         params = self.agent.params
-        greedy, *sampled = search.orders(self._rollouts(params, greedy=True))
+        greedy, *sampled = search.orders(self.timed("rollout", self._rollouts, params, True))
         self.offer(greedy, "zero-shot greedy")
         for order in sampled:
             self.offer(order, "zero-shot sampled")
-        if search_games and self.simulations > 0:
-            state, scale = self._states(self.GAMES)
-            for order in search.orders(self._play(params, state, scale)):
-                self.offer(order, "zero-shot search")
+        rounds = 0
+        while more:
+            kinds = ["search", "rollout"] if self.simulations > 0 else ["rollout"]
+            kinds = [k for k in kinds[rounds % len(kinds):] + kinds[:rounds % len(kinds)] if self.fits(k)]
+            if not kinds:
+                break
+            if kinds[0] == "search":
+                for order in search.orders(self.timed("search", self._play, params)):
+                    self.offer(order, "zero-shot search")
+            else:
+                for order in search.orders(self.timed("rollout", self._rollouts, params, False)):
+                    self.offer(order, "zero-shot sampled")
+            rounds += 1
 
-    def finetune(self, budget_s: float):
-        """Adapts a copy of the weights to this graph until ``budget_s``: rounds of sampled
-        self-play whose cheapest games become policy targets, alternating with Gumbel
-        MuZero games whose improved policies become targets."""
-        from tqdm.auto import tqdm
-
+    def finetune(self):
+        """Adapts a copy of the weights to this graph while batches fit the budget: rounds
+        of sampled self-play whose cheapest games become policy targets, alternating with
+        Gumbel MuZero games whose improved policies become targets."""
         tx = _FINETUNE_OPTIMIZER
         params = self.agent.params
         opt_state = tx.init(params)
         update = _finetune_update(self.agent.net, tx)
         rng = np.random.default_rng(0)
-        bar = tqdm(total=round(budget_s, 1), desc="fine-tune", unit="s", disable=not self.progress, leave=False)
-        rounds, rollout_s, search_s = 0, None, None
-        while self.elapsed() < budget_s:
-            left = budget_s - self.elapsed()
-            # a search round costs about `simulations` rollout rounds until measured; skip
-            # it when it would overrun the budget
-            expected = search_s if search_s is not None else (rollout_s or 0.0) * self.simulations
+        rounds = 0
+        while True:
+            search_turn = rounds % 2 and self.simulations > 0 and self.fits("search")
+            if not search_turn and not self.fits("rollout"):
+                break
             start = self.elapsed()
-            if rounds % 2 and self.simulations > 0 and expected <= left:
-                state, scale = self._states(self.GAMES)
-                traj = self._play(params, state, scale, record=True)
-                search_s = self.elapsed() - start
+            if search_turn:
+                traj = self.timed("search", self._play, params, True)
             else:
-                traj = self._rollouts(params, greedy=False)
-                rollout_s = self.elapsed() - start
+                traj = self.timed("rollout", self._rollouts, params, False)
                 costs = np.asarray(traj.mults, np.int64).sum(0)
                 elite = costs <= np.quantile(costs, 0.25)
                 traj = traj.replace(active=traj.active & jnp.asarray(elite)[None, :],
@@ -351,11 +386,11 @@ class _Search:
                 idx = rng.integers(0, len(data["value"]), 32)
                 batch = {k: v[idx] for k, v in data.items()}
                 params, opt_state = self.call("update", update, params, opt_state, batch)
+            jax.block_until_ready(params)
+            # a round's time includes its updates
+            self.took["search" if search_turn else "rollout"] = self.elapsed() - start
             rounds += 1
-            bar.n = min(round(self.elapsed(), 1), bar.total)
-            bar.set_postfix(best=f"{self.best[0]:,}")
-            bar.refresh()
-        bar.close()
+            self.tick()
 
 
 def from_pretrained(model_id_or_path: str | os.PathLike | None = None, revision: str | None = None,

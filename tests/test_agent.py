@@ -49,9 +49,16 @@ def test_order_is_valid_never_worse_than_the_baselines_and_cached(agent, graph):
     assert agent.order(graph, budget_s=1.0, progress=False) is r  # cached by graph and settings
 
 
+def test_a_spent_budget_still_plays_the_network_once_and_starts_nothing_more(agent, graph):
+    r = agent.order(graph, budget_s=0.0, seed=1, progress=False)  # fine-tuning on, but no time for it
+    assert r.cost == r.zero_shot_cost
+    assert r.method in ("forward", "reverse", "markowitz", "zero-shot greedy", "zero-shot sampled")
+    assert sorted(r.order) == sorted(graph.intermediates)
+
+
 def test_zero_shot_and_jacobian_takes_the_result(agent):
     args = (jnp.asarray(0.3), jnp.asarray(0.5), jnp.asarray(0.7))
-    r = agent.order(small_scalar, *args, finetune=False, simulations=2, progress=False)
+    r = agent.order(small_scalar, *args, finetune=False, simulations=2, budget_s=0.5, progress=False)
     assert r.method in ("forward", "reverse", "markowitz") or r.method.startswith("zero-shot")
     jac = ag.jacobian(small_scalar, order=r, argnums=(0, 1, 2))(*args)
     ref = jax.jacrev(small_scalar, argnums=(0, 1, 2))(*args)
