@@ -78,6 +78,8 @@ def parser() -> argparse.ArgumentParser:
                    help="compute the exact optimum up to this many intermediates (default: 16)")
     p.add_argument("--search-simulations", type=int, default=8,
                    help="simulations per move of the network-free search (default: 8)")
+    p.add_argument("--zero-shot-budget", type=float, default=5.0,
+                   help="seconds of the agent without fine-tuning (default: 5, the zero-shot time target)")
     p.add_argument("--jac-batches", type=_ints, default=(1, 512), help="batch sizes of the Jacobian runtime table")
     p.add_argument("--jac-repeats", type=int, default=50, help="timed calls per Jacobian (default: 50)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -94,6 +96,7 @@ def main(argv=None) -> int:
         limit=args.limit, families=tuple(args.families) if args.families else None, seed=args.seed,
         jacobian_bench=args.jacobian_bench, train_data=tuple(args.train_data), methods=args.methods,
         optimal_max=args.optimal_max, search_simulations=args.search_simulations,
+        zero_shot_budget=args.zero_shot_budget,
         jac_batches=args.jac_batches, jac_repeats=args.jac_repeats, command=R.command_line(argv),
         quiet=args.quiet,
     )

@@ -21,7 +21,7 @@ from eval import __main__ as cli
 from eval import readme_results as RR
 from eval import report as R
 
-FAST = ["--budgets", "0.2", "--limit", "1", "--no-jacobian-bench", "--quiet"]
+FAST = ["--budgets", "0.2", "--zero-shot-budget", "0.2", "--limit", "1", "--no-jacobian-bench", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +92,7 @@ def test_report_has_every_table_plot_and_method(full):
     assert recs["optimal"]["cost"] == row["cost_optimal"] == recs["zero-shot"]["optimum"]
     for kind in ("agent", "anneal", "search"):
         assert recs[f"{kind}@0.2s"]["seed"] == 0 and recs[f"{kind}@0.2s"]["budget_s"] == 0.2
+    assert recs["zero-shot"]["budget_s"] == 0.2 and "budget_s=0.2" in recs["zero-shot"]["call"]
     checks = {c["check"]: c for c in rep["checks"]}
     assert checks["every order re-scored by alphagrad.cost equals the cost its method claimed"]["status"] == "pass"
     assert checks["same seed and budgets for every method"]["status"] == "pass"
