@@ -214,7 +214,7 @@ _FINETUNE_OPTIMIZER = optax.adam(3e-4)
 def _finetune_update(net, tx):
     @jax.jit
     def update(params, opt_state, batch):
-        (_, aux), grads = jax.value_and_grad(functools.partial(loss, net), has_aux=True)(params, batch)
+        (_, _aux), grads = jax.value_and_grad(functools.partial(loss, net), has_aux=True)(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 

@@ -166,7 +166,7 @@ def _block_step(c, carry, into, out_of, compose, join, cost, block):
     """Adds the products of block ``c`` of (predecessor, successor) pairs (onto ``E``
     unless it is None: then only their multiplications are counted)."""
     E, total = carry
-    n_pred, take_pred = _blocks(into != 0, block)
+    _n_pred, take_pred = _blocks(into != 0, block)
     n_succ, take_succ = _blocks(out_of != 0, block)
     n_succ = jnp.maximum(n_succ, 1)
     p = take_pred(c // n_succ)

@@ -123,7 +123,7 @@ def trace(f, *args) -> Graph:
     _check_args(f, args)
     closed, out_shape = jax.make_jaxpr(f, return_shape=True)(*args)
     in_leaves, in_tree = jax.tree_util.tree_flatten(args)
-    out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
+    _out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
     builder = _Builder()
     input_slots = []
     for leaf, var in zip(in_leaves, closed.jaxpr.invars):

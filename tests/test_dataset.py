@@ -79,7 +79,7 @@ def test_load_splits_and_columns(tiny):
 
 
 def test_rows_are_consistent(tiny):
-    out, config, _ = tiny
+    out, _config, _ = tiny
     rows = _rows(datasets.load_from_disk(out))
     for r in rows:
         kinds = r["kinds"]

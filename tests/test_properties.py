@@ -55,7 +55,7 @@ def _reachability(graph):
 @settings(max_examples=100, **SETTINGS)
 @given(programs(max_ops=40))
 def test_engine_properties_on_random_programs(case):
-    f, args, graph, order = case
+    _f, _args, graph, order = case
     for convention in ("exact", "published"):
         ev = Evaluator(graph, convention)
         state = engine.encode(graph, convention, num_vertices=128, num_structures=512)

@@ -38,7 +38,7 @@ def test_play_moves_are_legal_and_targets_are_distributions(graph):
     assert (np.asarray(traj.weights[0])[:, ~legal] == 0).all()
     # the recorded observation before the first move is the initial state's
     from alphagrad.network import observe
-    tokens, edges, mask = observe(engine.encode(graph), 10.0)
+    tokens, edges, _mask = observe(engine.encode(graph), 10.0)
     np.testing.assert_allclose(np.asarray(traj.tokens[0, 0]), np.asarray(tokens), rtol=1e-6)
     assert (np.asarray(traj.edges[0, 0]) == np.asarray(edges)).all()
 

@@ -105,7 +105,7 @@ def test_smoke_config_is_valid():
 
 
 def test_tiny_run_lowers_the_greedy_policy_cost(data, full_run):
-    workdir, out = full_run
+    _workdir, out = full_run
     config = tiny_config(data)
     pool = loop.load_pool(data, "train", (32,), 32, 256, limit=8)
     net = loop.network(config)

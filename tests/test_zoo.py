@@ -295,7 +295,7 @@ def test_seawater_density_check_value():
 
 
 def test_kepler_orbit_solves_keplers_equation():
-    a, e, inc, raan, argp, M = (float(v) for v in ZOO["KeplerOrbit"].args)
+    a, e, _inc, _raan, _argp, M = (float(v) for v in ZOO["KeplerOrbit"].args)
     x, y, z = (float(v) for v in zoo.kepler_orbit(*ZOO["KeplerOrbit"].args))
     E = M
     for _ in range(50):

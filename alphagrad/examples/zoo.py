@@ -662,7 +662,7 @@ def cartpole_rk4(x, x_dot, theta, theta_dot, force, dt=0.02):
     m_total = m_cart + m_pole
 
     def f(s):
-        x, xd, th, thd = s
+        _x, xd, th, thd = s
         cos, sin = jnp.cos(th), jnp.sin(th)
         temp = (force + m_pole * half_len * thd**2 * sin) / m_total
         th_acc = (g * sin - cos * temp) / (half_len * (4.0 / 3.0 - m_pole * cos**2 / m_total))
@@ -817,7 +817,7 @@ def softmax_cross_entropy(X, W, b, labels, smoothing=0.1):
 def conv_layer(x, w, b):
     """A CNN layer: 3x3 'same' convolution written as nine shifted slices times weights,
     bias, ReLU and 2x2 average pooling. x: (C_in, H, W), w: (C_out, C_in, 3, 3)."""
-    cin, H, W_ = x.shape
+    _cin, H, W_ = x.shape
     cout = w.shape[0]
     p = jnp.pad(x, ((0, 0), (1, 1), (1, 1)))
     y = None
