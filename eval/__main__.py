@@ -54,6 +54,21 @@ def _methods(text: str) -> tuple:
     return tuple(m for m in R.OPTIONAL_METHODS if m in vals)
 
 
+def _extra(text: str) -> tuple:
+    out = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        kind, _, budget = item.partition("@")
+        try:
+            b = float(budget.rstrip("s"))
+        except ValueError:
+            b = -1.0
+        if kind not in R.BUDGETED or b <= 0:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected METHOD@SECONDS with METHOD one of "
+                                             f"{', '.join(R.BUDGETED)}, e.g. anneal@60")
+        out.append((kind, b))
+    return tuple(dict.fromkeys(out))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,6 +93,8 @@ def parser() -> argparse.ArgumentParser:
                    help="compute the exact optimum up to this many intermediates (default: 16)")
     p.add_argument("--search-simulations", type=int, default=8,
                    help="simulations per move of the network-free search (default: 8)")
+    p.add_argument("--extra", type=_extra, default=(), help="runs beyond --methods x --budgets, e.g. anneal@60 "
+                   "(the reference cost of the time-to-quality target)")
     p.add_argument("--zero-shot-budget", type=float, default=5.0,
                    help="seconds of the agent without fine-tuning (default: 5, the zero-shot time target)")
     p.add_argument("--jac-batches", type=_ints, default=(1, 512), help="batch sizes of the Jacobian runtime table")
@@ -96,7 +113,7 @@ def main(argv=None) -> int:
         limit=args.limit, families=tuple(args.families) if args.families else None, seed=args.seed,
         jacobian_bench=args.jacobian_bench, train_data=tuple(args.train_data), methods=args.methods,
         optimal_max=args.optimal_max, search_simulations=args.search_simulations,
-        zero_shot_budget=args.zero_shot_budget,
+        zero_shot_budget=args.zero_shot_budget, extra=args.extra,
         jac_batches=args.jac_batches, jac_repeats=args.jac_repeats, command=R.command_line(argv),
         quiet=args.quiet,
     )

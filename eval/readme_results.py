@@ -17,6 +17,7 @@ import json
 import os
 import sys
 
+from eval import targets
 from eval.report import BASELINES, _fmt, geomean, md_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -91,6 +92,9 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
               "AlphaZero: the published per-task figure on the published graph):", "",
               md_table(["task", "best baseline"] + ours + ["AlphaZero (pub.)"], rows), ""]
 
+    if report.get("targets"):
+        L += ["Targets of issue #6 measured by this run (`eval/targets.py`):", "",
+              md_table(*targets.table(report["targets"])), ""]
     checks = report["checks"]
     L += ["Checks: " + "; ".join(f"{c['check']}: **{c['status']}**" for c in checks) + "."
           + (f" Failures: {len(report['failures'])} (listed in the report)." if report["failures"] else ""), ""]

@@ -37,6 +37,8 @@ import traceback
 
 import numpy as np
 
+from eval import targets
+
 #: The classic orders: always evaluated (they define the best baseline).
 BASELINES = ("forward", "reverse", "markowitz")
 #: Methods that can be selected with ``--methods``.
@@ -72,6 +74,7 @@ class EvalConfig:
     optimal_max: int = 16
     search_simulations: int = 8
     zero_shot_budget: float = 5.0
+    extra: tuple = ()  # (kind, budget) runs beyond methods x budgets, e.g. (("anneal", 60.0),)
     jac_batches: tuple = (1, 512)
     jac_repeats: int = 50
     command: str = ""
@@ -91,7 +94,7 @@ def method_ids(config: EvalConfig) -> list[str]:
     for kind in BUDGETED:
         if kind in config.methods:
             ids += [method_id(kind, b) for b in config.budgets]
-    return ids
+    return ids + [m for m in (method_id(k, b) for k, b in config.extra) if m not in ids]
 
 
 def _log(config: EvalConfig, msg: str) -> None:
@@ -282,10 +285,10 @@ def evaluate_graph(row: dict, ctx: _Context) -> tuple[list[dict], dict]:
     if "zero-shot" in config.methods:
         plan.append(("zero-shot", None, lambda: _run_zero_shot(graph, row, ctx)))
     runners = {"agent": _run_agent, "anneal": _run_anneal, "search": _run_search}
-    for b in config.budgets:
-        for kind in BUDGETED:
-            if kind in config.methods:
-                plan.append((kind, b, (lambda kind=kind, b=b: runners[kind](graph, row, ctx, b))))
+    runs = [(kind, b) for b in config.budgets for kind in BUDGETED if kind in config.methods]
+    runs += [run for run in config.extra if run not in runs]
+    for kind, b in runs:
+        plan.append((kind, b, (lambda kind=kind, b=b: runners[kind](graph, row, ctx, b))))
 
     for kind, budget, fn in plan:
         mid = method_id(kind, budget)
@@ -420,7 +423,9 @@ def _consistency_checks(records: list[dict], config: EvalConfig) -> list[dict]:
         "detail": f"{len(scored) - len(bad) - len(invalid)} of {len(scored)} orders match"
         + "".join(f"; {r['name']} {r['method']}: {r['reason']}" for r in (bad + invalid)[:10])})
     budgeted = [r for r in records if r.get("kind") in BUDGETED]
-    wrong = [r for r in budgeted if r.get("seed") != config.seed or r.get("budget_s") not in config.budgets]
+    extra = set(config.extra)
+    wrong = [r for r in budgeted if r.get("seed") != config.seed
+             or (r.get("budget_s") not in config.budgets and (r.get("kind"), r.get("budget_s")) not in extra)]
     kinds = [k for k in BUDGETED if k in config.methods]
     missing = []
     for gh in dict.fromkeys(r["graph_hash"] for r in records):
@@ -435,6 +440,7 @@ def _consistency_checks(records: list[dict], config: EvalConfig) -> list[dict]:
         "status": "FAIL" if wrong or missing or zs_wrong else ("pass" if budgeted or kinds == [] else "n/a"),
         "detail": f"seed {config.seed}; budgets {', '.join(f'{b:g} s' for b in config.budgets)} for "
                   f"{', '.join(kinds) or 'no budgeted method'} ({len(budgeted)} runs)"
+                  + (f"; also {', '.join(method_id(k, b) for k, b in config.extra)}" if config.extra else "")
                   + (f"; wrong seed/budget: {len(wrong) + len(zs_wrong)}" if wrong or zs_wrong else "")
                   + (f"; missing runs: {', '.join(missing[:10])}" if missing else "")})
     below = [r for r in records if r.get("status") == "ok" and r.get("optimum") is not None
@@ -734,6 +740,9 @@ def render_markdown(report: dict, tabs: dict) -> str:
               "published ones (Lohoff & Neftci, NeurIPS 2024; `eval/published.py`) to the published best "
               "baseline on the published graph, so the ratios compare although graphs and cost models "
               "differ.", "", md_table(*tabs["published"]), ""]
+    L += ["## Targets of issue #6", "", "Measured from this report's records (`eval/targets.py`); "
+          "`not measured` where this run lacks the methods, budgets or graphs a target needs.", "",
+          md_table(*targets.table(report["targets"])), ""]
     L += ["## Per graph", "", "Multiplications (ratio to the best baseline); files `per_graph.csv` "
           "(wide) and `per_graph_long.csv` (one row per graph and method).", "",
           md_table(*tabs["per_graph"]) if tabs["per_graph"][1] else "No graph evaluated.", ""]
@@ -918,6 +927,7 @@ def run(config: EvalConfig) -> tuple[dict, int]:
         "started": started,
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "config": {**dataclasses.asdict(config), "budgets": list(config.budgets),
+                   "extra": [method_id(k, b) for k, b in config.extra],
                    "families": list(config.families) if config.families else None,
                    "train_data": list(config.train_data), "methods": list(config.methods),
                    "jac_batches": list(config.jac_batches)},
@@ -930,6 +940,7 @@ def run(config: EvalConfig) -> tuple[dict, int]:
         "records": records,
         "summary": summary,
         "published": published,
+        "targets": targets.evaluate(records),
         "jacobian_runtime": jac_runtime,
         "failures": failures,
         "evaluated_ok": sum(1 for r in records if r.get("status") == "ok"),

@@ -65,7 +65,8 @@ def full(data, model, tmp_path_factory):
     datasets.DatasetDict({"train": datasets.Dataset.from_dict(
         {"graph_hash": [row["graph_hash"], "0" * 16], "name": ["injected copy", "other"]})}).save_to_disk(leak)
     out = str(tmp_path_factory.mktemp("report"))
-    argv = ["--model", model, "--data", data, "--out", out, "--families", "random_heldout", "--train-data", leak] + FAST
+    argv = ["--model", model, "--data", data, "--out", out, "--families", "random_heldout", "--train-data", leak,
+            "--extra", "anneal@0.3"] + FAST
     code = cli.main(argv)
     return out, code, json.loads(_read(os.path.join(out, "report.json"))), row, argv
 
@@ -80,7 +81,7 @@ def test_report_has_every_table_plot_and_method(full):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     assert rep["command"] == R.command_line(argv)
     assert rep["methods"] == ["forward", "reverse", "markowitz", "optimal", "zero-shot", "agent@0.2s",
-                              "anneal@0.2s", "search@0.2s"]
+                              "anneal@0.2s", "search@0.2s", "anneal@0.3s"]
     recs = {r["method"]: r for r in rep["records"]}
     assert set(recs) == set(rep["methods"])
     best = min(row["cost_forward"], row["cost_reverse"], row["cost_markowitz"])
@@ -93,6 +94,14 @@ def test_report_has_every_table_plot_and_method(full):
     for kind in ("agent", "anneal", "search"):
         assert recs[f"{kind}@0.2s"]["seed"] == 0 and recs[f"{kind}@0.2s"]["budget_s"] == 0.2
     assert recs["zero-shot"]["budget_s"] == 0.2 and "budget_s=0.2" in recs["zero-shot"]["call"]
+    assert recs["anneal@0.3s"]["status"] == "ok" and "agent@0.3s" not in recs  # --extra adds one run
+    by_target = {t["target"]: t for t in rep["targets"]}
+    zs = by_target["zero-shot geomean / best baseline on random_heldout <= 0.9"]
+    assert zs["measured"] == pytest.approx(recs["zero-shot"]["ratio_best"], abs=1e-4)
+    assert zs["status"] == ("met" if zs["measured"] <= 0.9 else "missed")
+    assert by_target["graphs of 300-500 intermediates: agent@60s geomean cost <= 0.95 x anneal@60s"]["status"] \
+        == "not measured"
+    assert "## Targets of issue #6" in _read(os.path.join(out, "report.md"))
     checks = {c["check"]: c for c in rep["checks"]}
     assert checks["every order re-scored by alphagrad.cost equals the cost its method claimed"]["status"] == "pass"
     assert checks["same seed and budgets for every method"]["status"] == "pass"
@@ -210,3 +219,31 @@ def test_per_family_limits():
     rows, failures = R.select_rows(ds, ("published:2", "random_heldout", "nope"), 1)
     assert [r["k"] for r in rows] == [0, 1, 3]
     assert len(failures) == 1 and "nope" in failures[0]["reason"]
+
+
+def _rec(name, kind, cost, budget=None, family="published", n=100, best=100, seconds=1.0):
+    return {"family": family, "name": name, "graph_hash": name, "num_intermediates": n, "kind": kind,
+            "budget_s": budget, "status": "ok", "cost": cost, "ratio_best": cost / best, "seconds": seconds}
+
+
+def test_targets_are_judged_from_the_records():
+    from eval import targets
+
+    recs = []
+    for i in range(10):  # agent@10s matches anneal@60s on 7 tasks; worse than anneal@10s on task 9
+        t = f"task{i}"
+        recs += [_rec(t, "zero-shot", 85, seconds=4.0 + i / 10), _rec(t, "anneal", 80, 60.0),
+                 _rec(t, "agent", 80 if i < 7 else 90, 10.0), _rec(t, "anneal", 95 if i < 9 else 85, 10.0),
+                 _rec(t, "search", 100, 10.0)]
+    recs += [_rec("big", "agent", 90, 60.0, "large_random", 400), _rec("big", "anneal", 100, 60.0, "large_random", 400)]
+    zs_pub, zs_random, zs_base, zs_time, quality, vs_anneal, large, learning = targets.evaluate(recs)
+    assert zs_pub["status"] == "met" and zs_pub["measured"] == 0.85
+    assert zs_random["status"] == "not measured"  # no random_heldout record
+    assert zs_base["status"] == "met"
+    assert zs_time["status"] == "met" and zs_time["measured"] == pytest.approx(4.9)
+    assert quality["measured"] == "7 of 10" and quality["status"] == "met"
+    assert vs_anneal["status"] == "missed" and vs_anneal["detail"] == "task9@10s"
+    assert large["measured"] == 0.9 and large["status"] == "met"
+    assert learning["measured"] == pytest.approx((0.8 ** 7 * 0.9 ** 3) ** 0.1, abs=1e-4)
+    recs[0]["seconds"] = 6.0  # one slow ~100-vertex graph misses the time target
+    assert targets.evaluate(recs)[3]["status"] == "missed"
