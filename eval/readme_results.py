@@ -1,8 +1,11 @@
 """Puts the headline results of an evaluation report into the README (and model card).
 
     python -m eval.readme_results REPORT_DIR [--readme README.md] [--card alphagrad/pretrained/README.md]
+                                  [--block NAME]
 
-Replaces the text between ``<!-- results:start -->`` and ``<!-- results:end -->`` with a
+Replaces the text between ``<!-- results:start -->`` and ``<!-- results:end -->`` (with
+``--block NAME``: ``<!-- results:NAME:start -->`` ... ``<!-- results:NAME:end -->``, so a
+file can hold the blocks of several reports) with a
 summary generated from ``REPORT_DIR/report.json`` (written by ``python -m eval``): the
 command that produced it, the geometric means per family and method, the published
 tasks beside the published figures, and the honesty checks. A file without the markers
@@ -101,9 +104,15 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
     return "\n".join(L)
 
 
-def replace_block(text: str, block: str, heading: str = "## Results") -> str:
+def markers(name: str | None = None) -> tuple[str, str]:
+    """The start and end markers of the block called ``name`` (None: the main block)."""
+    return (START, END) if not name else (f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->")
+
+
+def replace_block(text: str, block: str, heading: str = "## Results", name: str | None = None) -> str:
     """``text`` with the marked block replaced by ``block`` (or, without markers, a section
     with the markers appended)."""
+    START, END = markers(name)  # noqa: N806 - the module's constants, for this block
     start, end = text.find(START), text.find(END)
     if start == -1 and end == -1:
         sep = "" if text.endswith("\n\n") or not text else ("\n" if text.endswith("\n") else "\n\n")
@@ -113,7 +122,7 @@ def replace_block(text: str, block: str, heading: str = "## Results") -> str:
     return text[:start + len(START)] + "\n" + block.strip() + "\n" + text[end:]
 
 
-def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True) -> bool:
+def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True, name: str | None = None) -> bool:
     """Rewrites the block in ``path``; returns whether the file changed."""
     if not os.path.isfile(path):
         if must_exist:
@@ -122,7 +131,7 @@ def update_file(path: str, report: dict, report_dir: str, must_exist: bool = Tru
     with open(path) as f:
         old = f.read()
     rel = os.path.relpath(os.path.join(report_dir, "report.md"), os.path.dirname(os.path.abspath(path)) or ".")
-    new = replace_block(old, summary_markdown(report, rel.replace(os.sep, "/")))
+    new = replace_block(old, summary_markdown(report, rel.replace(os.sep, "/")), name=name)
     if new != old:
         with open(path, "w") as f:
             f.write(new)
@@ -135,6 +144,7 @@ def main(argv=None) -> int:
     p.add_argument("report_dir", help="output directory of `python -m eval` (holding report.json)")
     p.add_argument("--readme", default="README.md", help="file to update (default: README.md)")
     p.add_argument("--card", default=None, help="model card to update too (e.g. alphagrad/pretrained/README.md)")
+    p.add_argument("--block", default=None, help="name of the block to replace (default: the main results block)")
     args = p.parse_args(argv)
     report_dir = os.path.dirname(args.report_dir) if args.report_dir.endswith(".json") else args.report_dir
     try:
@@ -144,7 +154,7 @@ def main(argv=None) -> int:
         return 2
     for path in [args.readme] + ([args.card] if args.card else []):
         try:
-            changed = update_file(path, report, report_dir)
+            changed = update_file(path, report, report_dir, name=args.block)
         except (OSError, ValueError) as e:
             print(f"readme_results: {path}: {e}", file=sys.stderr)
             return 2

@@ -199,6 +199,11 @@ def test_readme_results_replaces_the_block_idempotently(full, tmp_path):
     assert rep["command"] in card_text
     assert RR.main([out, "--readme", str(readme), "--card", str(card)]) == 0  # idempotent
     assert readme.read_text() == text and card.read_text() == card_text
+    start, end = RR.markers("large")  # a second, named block leaves the first alone
+    readme.write_text(text + f"\n{start}\nold\n{end}\n")
+    assert RR.main([out, "--readme", str(readme), "--block", "large"]) == 0
+    both = readme.read_text()
+    assert both.startswith(text) and "old" not in both[len(text):] and rep["command"] in both[len(text):]
 
 
 @pytest.mark.slow
