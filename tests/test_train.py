@@ -214,6 +214,8 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
     card = (tmp_path / "model" / "README.md").read_text()
     assert "## Validation curve" in card and f"| {out['step']} |" in card
     assert "warm-start" in card and "wall time" in card
+    evaluation = card[card.index("## Evaluation"):card.index("## Configuration")]
+    assert "<!-- results:start -->" in evaluation and "<!-- results:end -->" in evaluation  # for eval.readme_results
     agent = alphagrad.from_pretrained(str(tmp_path / "model"))
     best = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
     for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(best.params)):

@@ -48,7 +48,12 @@ def export(workdir: str, out: str) -> list[str]:
         "validation share beating the best baseline": round(float(best_row["val_beats_best"]), 4),
         "config": "`" + json.dumps(train_config, sort_keys=True) + "`",
     }
-    card = hub.model_card(config, {"training": training})
+    from eval import readme_results
+
+    start, end = readme_results.markers()
+    evaluation = (f"{start}\nNot evaluated yet: `python -m eval --model {out} --out REPORT` evaluates it and "
+                  f"`python -m eval.readme_results REPORT --card {out}/README.md` puts the results here.\n{end}")
+    card = hub.model_card(config, {"training": training, "evaluation": evaluation})
     card += "\n## Validation curve\n\nGreedy policy (no search) on the validation split, " \
             "from `metrics.csv`:\n\n" + validation_curve(workdir) + "\n"
     return hub.save_files(out, config, params, card)
