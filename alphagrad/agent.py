@@ -6,10 +6,11 @@
 
 :meth:`Agent.order` traces ``f``, scores forward, reverse and Markowitz, plays the
 network's greedy and sampled policies and Gumbel MuZero searches with the network as
-prior and value (*zero-shot*), then, within the time budget, adapts a copy of the
-network's weights to this one graph by short MCTS self-play (*fine-tune*). The result is
-the cheapest order seen during the whole process, so it is never worse than the best
-baseline. Results are cached by graph fingerprint and settings.
+prior and value (*zero-shot*), then adapts a copy of the network's weights to this one
+graph by short MCTS self-play (*fine-tune*). The time budget bounds both: after the
+first batch of games, a batch starts only if its measured duration still fits. The
+result is the cheapest order seen during the whole process, so it is never worse than
+the best baseline. Results are cached by graph fingerprint and settings.
 """
 
 from __future__ import annotations
