@@ -56,9 +56,10 @@ def _reachability(graph):
 @given(programs(max_ops=40))
 def test_engine_properties_on_random_programs(case):
     _f, _args, graph, order = case
+    S = engine.padded_size(engine.tables(graph).size, 512)  # one compile per 512 structures
     for convention in ("exact", "published"):
         ev = Evaluator(graph, convention)
-        state = engine.encode(graph, convention, num_vertices=128, num_structures=512)
+        state = engine.encode(graph, convention, num_vertices=128, num_structures=S)
         final, per_step = _run(state, jnp.asarray(order + [0] * (128 - len(order)), jnp.int32))
         per_step = np.asarray(per_step)
         assert (per_step >= 0).all()
