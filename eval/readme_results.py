@@ -112,14 +112,14 @@ def markers(name: str | None = None) -> tuple[str, str]:
 def replace_block(text: str, block: str, heading: str = "## Results", name: str | None = None) -> str:
     """``text`` with the marked block replaced by ``block`` (or, without markers, a section
     with the markers appended)."""
-    START, END = markers(name)  # noqa: N806 - the module's constants, for this block
-    start, end = text.find(START), text.find(END)
+    open_mark, close_mark = markers(name)
+    start, end = text.find(open_mark), text.find(close_mark)
     if start == -1 and end == -1:
         sep = "" if text.endswith("\n\n") or not text else ("\n" if text.endswith("\n") else "\n\n")
-        return f"{text}{sep}{heading}\n\n{START}\n{block.strip()}\n{END}\n"
-    if start == -1 or end == -1 or end < start or text.count(START) != 1 or text.count(END) != 1:
-        raise ValueError(f"expected exactly one {START} followed by one {END}")
-    return text[:start + len(START)] + "\n" + block.strip() + "\n" + text[end:]
+        return f"{text}{sep}{heading}\n\n{open_mark}\n{block.strip()}\n{close_mark}\n"
+    if start == -1 or end == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
+        raise ValueError(f"expected exactly one {open_mark} followed by one {close_mark}")
+    return text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:]
 
 
 def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True, name: str | None = None) -> bool:

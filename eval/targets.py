@@ -26,11 +26,6 @@ def _ok(records, **match):
     return [r for r in records if r.get("status") == "ok" and all(r.get(k) == v for k, v in match.items())]
 
 
-def _gm(values):
-    values = [v for v in values if v is not None]
-    return statistics.geometric_mean(values) if values and min(values) > 0 else None
-
-
 def _row(target, measured, met, detail):
     status = "not measured" if met is None else ("met" if met else "missed")
     return {"target": target, "measured": measured, "status": status, "detail": detail}
@@ -40,12 +35,25 @@ def _by_graph(rs):
     return {r["graph_hash"]: r for r in rs}
 
 
+def _versus(records, kind: str, other: str, budget: float):
+    """Geometric mean over graphs of ``kind``'s cost / ``other``'s cost, both at ``budget``,
+    and how many graphs had both."""
+    from eval.report import geomean
+
+    theirs = _by_graph(_ok(records, kind=other, budget_s=budget))
+    ours = [r for r in _ok(records, kind=kind, budget_s=budget) if r["graph_hash"] in theirs]
+    return geomean([r["cost"] / theirs[r["graph_hash"]]["cost"] for r in ours
+                    if theirs[r["graph_hash"]]["cost"]]), len(ours)
+
+
 def evaluate(records: list[dict]) -> list[dict]:
     """Every target, judged on ``records`` (``report.json``'s ``records``)."""
+    from eval.report import geomean
+
     out = []
     for fam, bound in (("published", ZERO_SHOT_PUBLISHED), ("random_heldout", ZERO_SHOT_RANDOM)):
         rs = _ok(records, kind="zero-shot", family=fam)
-        gm = _gm([r["ratio_best"] for r in rs])
+        gm = geomean([r["ratio_best"] for r in rs])
         out.append(_row(f"zero-shot geomean / best baseline on {fam} <= {bound:g}",
                         None if gm is None else round(gm, 4), None if gm is None else gm <= bound,
                         f"{len(rs)} graphs"))
@@ -81,20 +89,16 @@ def evaluate(records: list[dict]) -> list[dict]:
 
     lo, hi = LARGE
     large = [r for r in records if lo <= r.get("num_intermediates", 0) <= hi]
-    ann = _by_graph(_ok(large, kind="anneal", budget_s=LARGE_BUDGET))
-    ours = [r for r in _ok(large, kind="agent", budget_s=LARGE_BUDGET) if r["graph_hash"] in ann]
-    gm = _gm([r["cost"] / ann[r["graph_hash"]]["cost"] for r in ours if ann[r["graph_hash"]]["cost"]])
+    gm, n = _versus(large, "agent", "anneal", LARGE_BUDGET)
     out.append(_row(f"graphs of {lo}-{hi} intermediates: agent@{LARGE_BUDGET:g}s geomean cost <= "
                     f"{LARGE_FACTOR:g} x anneal@{LARGE_BUDGET:g}s", None if gm is None else round(gm, 4),
-                    None if gm is None else gm <= LARGE_FACTOR, f"{len(ours)} graphs"))
+                    None if gm is None else gm <= LARGE_FACTOR, f"{n} graphs"))
 
     for b in sorted({r["budget_s"] for r in _ok(records, kind="agent")}):
-        srch = _by_graph(_ok(records, kind="search", budget_s=b))
-        ours = [r for r in _ok(records, kind="agent", budget_s=b) if r["graph_hash"] in srch]
-        gm = _gm([r["cost"] / srch[r["graph_hash"]]["cost"] for r in ours if srch[r["graph_hash"]]["cost"]])
+        gm, n = _versus(records, "agent", "search", b)
         if gm is not None:
             out.append({"target": f"what learning adds: agent@{b:g}s / uniform-prior search@{b:g}s (geomean)",
-                        "measured": round(gm, 4), "status": "info", "detail": f"{len(ours)} graphs"})
+                        "measured": round(gm, 4), "status": "info", "detail": f"{n} graphs"})
     return out
 
 
