@@ -14,10 +14,10 @@ import sys
 import hub
 
 
-def validation_curve(workdir: str) -> str:
-    """The validation rows of ``metrics.csv`` as a Markdown table."""
-    with open(os.path.join(workdir, "metrics.csv")) as f:
-        rows = [r for r in csv.DictReader(f) if r.get("val_ratio")]
+def validation_curve(rows: list[dict]) -> str:
+    """The validation rows of ``metrics.csv`` (as ``csv.DictReader`` reads them) as a
+    Markdown table."""
+    rows = [r for r in rows if r.get("val_ratio")]
     cols = ["step", "val_ratio", "val_geomean", "val_ratio_optimal", "val_beats_best", "wall_s"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -55,7 +55,7 @@ def export(workdir: str, out: str) -> list[str]:
                   f"`python -m eval.readme_results REPORT --card {out}/README.md` puts the results here.\n{end}")
     card = hub.model_card(config, {"training": training, "evaluation": evaluation})
     card += "\n## Validation curve\n\nGreedy policy (no search) on the validation split, " \
-            "from `metrics.csv`:\n\n" + validation_curve(workdir) + "\n"
+            "from `metrics.csv`:\n\n" + validation_curve(rows) + "\n"
     return hub.save_files(out, config, params, card)
 
 
