@@ -242,6 +242,7 @@ class _Search:
         self.history: list = []
         self.best = None  # (cost, order, method)
         self.took: dict = {}  # seconds the last batch of each kind took
+        self.initial: dict = {}  # batch size -> (initial states, scales)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.t0 - self.compile_s
@@ -311,11 +312,14 @@ class _Search:
                            history=self.history, fingerprint=g.fingerprint)
 
     def _states(self, n: int):
-        T = engine.tables(self.graph)
-        S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
-        state = engine.encode(self.graph, "exact", num_structures=S, max_vertices=self.agent.max_vertices)
-        scale = self.scale
-        return search.batch_states([state] * n), jnp.full((n,), scale, jnp.float32)
+        """``n`` copies of the graph's initial state and scale, encoded once per ``n`` (every
+        batch of a call starts from them)."""
+        if n not in self.initial:
+            T = engine.tables(self.graph)
+            S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
+            state = engine.encode(self.graph, "exact", num_structures=S, max_vertices=self.agent.max_vertices)
+            self.initial[n] = search.batch_states([state] * n), jnp.full((n,), self.scale, jnp.float32)
+        return self.initial[n]
 
     def _play(self, params, record=False):
         """``GAMES`` Gumbel MuZero games with the network as prior and value."""
