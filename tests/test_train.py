@@ -222,5 +222,5 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_resume_with_a_changed_config_warns():
+def test_changed_config_keys_are_listed_for_the_resume_warning():
     assert loop._changed_keys({"a": 1, "n": {"b": 2}}, {"a": 1, "n": {"b": 3}}) == ["n.b 2 -> 3"]
