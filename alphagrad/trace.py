@@ -1,10 +1,18 @@
 """From a JAX function to its :class:`~alphagrad.graph.Graph`.
 
 ``trace(f, *args)`` runs ``jax.make_jaxpr``, inlines sub-jaxprs (jit, closed_call,
-custom_jvp/custom_vjp, remat), drops what does not depend on an input or does not reach
-an output, merges no-op values into their operand, and gives every remaining value a
-vertex and every differentiable dependency an edge with its Jacobian structure (one rule
-per primitive, in :mod:`alphagrad.primitives`).
+remat), drops what does not depend on an input or does not reach an output, merges no-op
+values into their operand, and gives every remaining value a vertex and every
+differentiable dependency an edge with its Jacobian structure (one rule per primitive, in
+:mod:`alphagrad.primitives`).
+
+A call with a custom derivative rule (``jax.custom_jvp``, ``jax.custom_vjp``: relu,
+softplus, logsumexp, a user's straight-through estimator) is not differentiated through
+its implementation: its edges come from the rule itself. The rule's linear map from
+input tangents to output tangents (the JVP rule; for ``custom_vjp`` the transpose of the
+VJP rule, as ``jax.linear_transpose`` gives it) is traced and inlined, with everything it
+computes from the primal values held constant. So the Jacobian is the one ``jax.jacrev``
+gives, with the sparsity of the rule.
 """
 
 from __future__ import annotations
@@ -26,13 +34,16 @@ _INLINE = {
     "jit": "jaxpr",
     "closed_call": "call_jaxpr",
     "core_call": "call_jaxpr",
-    "custom_jvp_call": "call_jaxpr",
-    "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr",
     "remat": "jaxpr",
     "remat2": "jaxpr",
     "checkpoint": "jaxpr",
 }
+
+#: Calls whose derivative is a user-given rule, not that of their implementation.
+_CUSTOM_RULE = ("custom_jvp_call", "custom_vjp_call")
+
+#: Primitives linear in each operand separately (so in at most one tangent operand).
+_BILINEAR = {"mul": (0, 1), "dot_general": (0, 1), "conv_general_dilated": (0, 1), "div": (0,)}
 
 _CONTROL_FLOW = {
     "cond": "`lax.cond`/`jnp.where` on traced predicates with branches: use `jnp.where` "
@@ -135,6 +146,71 @@ def trace(f, *args) -> Graph:
     return builder.finish(tuple(input_slots), out_slots, in_tree, out_tree)
 
 
+def _bound(eqn):
+    """``eqn``'s primitive as a function of its operands (as ``jax.core.eval_jaxpr`` binds it)."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    return lambda *args: eqn.primitive.bind(*args, **params)
+
+
+def _call_name(eqn) -> str:
+    """The name of the function a custom-rule call wraps (``relu``, a user's function)."""
+    info = eqn.params["call_jaxpr"].jaxpr.debug_info
+    where = getattr(info, "func_src_info", None) or eqn.primitive.name
+    return where.split(" ")[0]
+
+
+def _tangent_map(eqn, live_args, name, source):
+    """``(primals, tangents) -> (outputs, output tangents)`` of a custom-rule call, the
+    tangents given for the operands ``live_args`` only, with JAX applying the rule."""
+    call = _bound(eqn)
+
+    def of_live(primals):
+        def fn(*xs):
+            args = list(primals)
+            for k, x in zip(live_args, xs):
+                args[k] = x
+            return list(call(*args))
+        return fn
+
+    if eqn.primitive.name == "custom_jvp_call":
+        def tangent_map(primals, tangents):
+            outs, t_outs = jax.jvp(of_live(primals), [primals[k] for k in live_args], tangents)
+            return outs, t_outs
+        return tangent_map
+
+    def tangent_map(primals, tangents):
+        outs, vjp = jax.vjp(of_live(primals), *[primals[k] for k in live_args])
+        try:
+            (t_outs,) = jax.linear_transpose(vjp, outs)(tuple(tangents))
+        except (NotImplementedError, ValueError, TypeError) as err:
+            raise TraceError(
+                f"the custom_vjp rule of `{name}` (called at {source}) is not a linear map of "
+                f"the cotangent ({err.__class__.__name__}: {str(err).splitlines()[0]}), so it "
+                f"has no Jacobian alphagrad can eliminate; make the backward rule linear in "
+                f"its cotangent, or define the derivative with jax.custom_jvp"
+            ) from None
+        return outs, t_outs
+
+    return tangent_map
+
+
+def _check_linear(eqn, argnums, rule_source):
+    """Inside a custom rule's tangent map, ``eqn`` must be linear in its tangent operands."""
+    from jax._src.interpreters import ad
+
+    name = eqn.primitive.name
+    if name in _BILINEAR:
+        ok = len(argnums) == 1 and argnums[0] in _BILINEAR[name]
+    else:
+        ok = eqn.primitive in ad.primitive_transposes or eqn.primitive in ad.fancy_transposes
+    if not ok:
+        raise TraceError(
+            f"{rule_source} applies `{name}` to the tangent non-linearly (at "
+            f"{_source(eqn)}), so it defines no Jacobian; jax.jacrev rejects it too. Make the "
+            f"rule linear in its tangents"
+        )
+
+
 class _Builder:
     def __init__(self):
         self.avals: list = []  # per slot
@@ -149,6 +225,10 @@ class _Builder:
         self.avals.append(aval)
         return len(self.avals) - 1
 
+    def aval(self, ref):
+        """The abstract value of a slot or a literal ``("literal", value)``."""
+        return jax.typeof(ref[1]) if isinstance(ref, tuple) else self.avals[ref]
+
     def new_vertex(self, slot, kind, source) -> int:
         self.vertex_slot.append(slot)
         self.vertex_kind.append(kind)
@@ -156,7 +236,14 @@ class _Builder:
         return len(self.vertex_slot) - 1
 
     # ------------------------------------------------------------------ inlining
-    def inline(self, jaxpr, consts, in_slots, source: str = "an unknown place") -> list:
+    def inline(self, jaxpr, consts, in_slots, source: str = "an unknown place", live=None) -> list:
+        """Adds the steps (and vertices) of ``jaxpr`` applied to ``in_slots``.
+
+        ``live`` maps the slots that are differentiated (carry a vertex) in this context
+        to their vertex: the whole program's map by default; inside a custom rule's
+        linear map, only the tangents (see :meth:`custom_rule`).
+        """
+        live = self.vertex_of if live is None else live
         env: dict = {}
         for var, c in zip(jaxpr.constvars, consts):
             env[var] = ("literal", c)
@@ -171,22 +258,94 @@ class _Builder:
         for eqn in jaxpr.eqns:
             name = eqn.primitive.name
             ins = [read(a) for a in eqn.invars]
-            if name in _INLINE:
-                sub = eqn.params[_INLINE[name]]
-                where = _source(eqn, source)
+            where = _source(eqn, source)
+            if name in _CUSTOM_RULE and any(self._live(i, live) for i in ins):
+                outs = self.custom_rule(eqn, ins, where, live)
+            elif name in _INLINE or name in _CUSTOM_RULE:
+                sub = eqn.params[_INLINE.get(name, "call_jaxpr")]
                 if isinstance(sub, jex.core.ClosedJaxpr):
-                    outs = self.inline(sub.jaxpr, list(sub.consts), ins, where)
+                    outs = self.inline(sub.jaxpr, list(sub.consts), ins, where, live)
                 else:
-                    outs = self.inline(sub, [], ins, where)
-                for var, o in zip(eqn.outvars, outs):
-                    env[var] = o
-                continue
-            outs = self.apply(eqn, ins, source)
+                    outs = self.inline(sub, [], ins, where, live)
+            else:
+                outs = self.apply(eqn, ins, source, live)
             for var, o in zip(eqn.outvars, outs):
                 env[var] = o
         return [read(a) for a in jaxpr.outvars]
 
-    def apply(self, eqn, ins, outer_source) -> list:
+    @staticmethod
+    def _live(ref, live) -> bool:
+        return not isinstance(ref, tuple) and ref in live
+
+    def _step(self, primitive, params, ins, out_avals, source) -> list:
+        """Adds a step that computes values only (no vertex, no edge)."""
+        in_avals = [self.aval(i) for i in ins]
+        e = prim.Equation(
+            primitive=primitive, params=params,
+            in_shapes=tuple(tuple(a.shape) for a in in_avals),
+            in_dtypes=tuple(a.dtype for a in in_avals),
+            in_literals=tuple(i[1] if isinstance(i, tuple) else None for i in ins),
+            out_shapes=tuple(tuple(a.shape) for a in out_avals),
+            out_dtypes=tuple(a.dtype for a in out_avals),
+            source=source,
+        )
+        outs = [self.new_slot(a) for a in out_avals]
+        self.steps.append(Step(e, tuple(ins), tuple(outs)))
+        return outs
+
+    def custom_rule(self, eqn, ins, source, live) -> list:
+        """A ``custom_jvp``/``custom_vjp`` call, differentiated by its own rule.
+
+        Traces ``(primals, tangents) -> (outputs, output tangents)`` with JAX applying the
+        rule, and inlines it: primal-side values become constant steps; the tangents of
+        the differentiated operands start at those operands' vertices, and each output
+        takes the vertex its tangent ends at.
+        """
+        name = eqn.params.get("name") or _call_name(eqn)
+        live_args = [k for k, i in enumerate(ins) if self._live(i, live)]
+        tangent_map = _tangent_map(eqn, live_args, name, source)
+        in_avals = [v.aval for v in eqn.invars]
+        try:
+            closed = jax.make_jaxpr(tangent_map)(
+                [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in in_avals],
+                [jax.ShapeDtypeStruct(in_avals[k].shape, in_avals[k].dtype) for k in live_args],
+            )
+            leaked = any(isinstance(c, jax.core.Tracer) for c in closed.consts)
+        except jax.errors.UnexpectedTracerError:
+            leaked = True
+        if leaked:
+            raise TraceError(
+                f"the custom derivative rule of `{name}` (called at {source}) closes over a "
+                f"traced value of the function (typically an array passed through "
+                f"`nondiff_argnums`), so alphagrad cannot run the rule on its own; pass that "
+                f"argument as a Python or NumPy constant, or as a differentiable argument"
+            ) from None
+        tangents: dict = {}
+        tangent_slots = []
+        for k in live_args:
+            # The tangent's slot holds a copy of the primal value: the rule is linear in
+            # it, so its local Jacobians never depend on what it holds.
+            (slot,) = self._step(jax.lax.copy_p, {}, [ins[k]], [in_avals[k]], source)
+            tangents[slot] = live[ins[k]]
+            tangent_slots.append(slot)
+        refs = self.inline(closed.jaxpr, list(closed.consts), list(ins) + tangent_slots,
+                           f"the {name} rule at {source}", tangents)
+        n = len(eqn.outvars)
+        outs = []
+        for var, primal, tangent in zip(eqn.outvars, refs[:n], refs[n:]):
+            if isinstance(primal, tuple):  # a constant primal output: give it a slot
+                (primal,) = self._step(jax.lax.copy_p, {}, [primal], [var.aval], source)
+            if self._live(tangent, tangents):
+                v = tangents[tangent]
+                if self.vertex_slot[v] == tangent:  # made inside the rule: it is this output
+                    self.vertex_slot[v] = primal
+                    self.vertex_source[v] = f"{self.vertex_source[v]} ({name} output)"
+                live[primal] = v
+            outs.append(primal)
+        return outs
+
+    def apply(self, eqn, ins, outer_source, live=None) -> list:
+        live = self.vertex_of if live is None else live
         name = eqn.primitive.name
         source = _source(eqn, outer_source)
         in_avals = [a.aval for a in eqn.invars]
@@ -206,24 +365,23 @@ class _Builder:
         outs = [self.new_slot(v.aval) for v in eqn.outvars]
         step = len(self.steps)
         self.steps.append(Step(e, tuple(ins), tuple(outs)))
-        live = [
-            (k, self.vertex_of[i]) for k, i in enumerate(ins)
-            if not isinstance(i, tuple) and i in self.vertex_of
-        ]
-        if not live:
+        live_args = [(k, live[i]) for k, i in enumerate(ins) if self._live(i, live)]
+        if not live_args:
             return outs  # constant: folded, no vertex
         if name in _CONTROL_FLOW:
             raise prim.UnsupportedPrimitiveError(
                 f"control flow `{name}` at {source} is not supported: {_CONTROL_FLOW[name]}"
             )
+        if live is not self.vertex_of:
+            _check_linear(eqn, [k for k, _ in live_args], outer_source)
         per_out: dict[int, list] = {}
-        for argnum, src in live:
+        for argnum, src in live_args:
             for outnum, s in enumerate(prim.structures(e, argnum)):
                 if s is not None:
                     per_out.setdefault(outnum, []).append((src, s, argnum))
         for outnum, incoming in per_out.items():
             v = self.new_vertex(outs[outnum], INTERMEDIATE, f"{name} at {source}")
-            self.vertex_of[outs[outnum]] = v
+            live[outs[outnum]] = v
             for src, s, argnum in incoming:
                 self.edges.setdefault((src, v), []).append((s, step, argnum, outnum))
         return outs
@@ -250,7 +408,7 @@ class _Builder:
         copies: dict[int, int] = {}
         taken: set = set()
         for k, o in enumerate(out_slots):
-            aval = self.avals[o] if not isinstance(o, tuple) else jax.core.get_aval(o[1])
+            aval = self.aval(o)
             if not prim.is_float(aval.dtype):
                 raise TraceError(
                     f"output {k} has dtype {aval.dtype}: Jacobians need float outputs "
@@ -304,7 +462,7 @@ class _Builder:
             slot = self.vertex_slot[v]
             if slot is None:  # constant output of a literal
                 o = out_slots[output_vertex.index(v)]
-                aval = jax.core.get_aval(o[1])
+                aval = self.aval(o)
             else:
                 aval = self.avals[slot]
             shapes.append(tuple(aval.shape))
