@@ -21,6 +21,7 @@ import dataclasses
 
 import jax
 import jax.extend as jex
+import jax.numpy as jnp
 import numpy as np
 from jax._src import source_info_util
 
@@ -53,6 +54,12 @@ _CONTROL_FLOW = {
     "scan": "`lax.scan` (and `fori_loop` with static bounds): unroll it with a Python "
     "loop or `unroll=True`",
 }
+
+
+_COMPLEX = (
+    "{what} is {dtype}: alphagrad computes Jacobians of real functions through real values "
+    "only (jax.jacrev's complex conventions are not supported); {fix}"
+)
 
 
 class TraceError(ValueError):
@@ -111,6 +118,12 @@ def _check_args(f, args):
             )
     if not leaves:
         raise TypeError("alphagrad.trace needs at least one example argument")
+    for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+        if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating):
+            raise TraceError(_COMPLEX.format(
+                what=f"argument {jax.tree_util.keystr(path)}", dtype=jnp.result_type(leaf),
+                fix="pass its real and imaginary parts as separate real arrays and combine them "
+                    "inside with lax.complex only where the result is real again"))
 
 
 def trace(f, *args) -> Graph:
@@ -368,6 +381,12 @@ class _Builder:
         live_args = [(k, live[i]) for k, i in enumerate(ins) if self._live(i, live)]
         if not live_args:
             return outs  # constant: folded, no vertex
+        for dtype in e.out_dtypes:
+            if jnp.issubdtype(dtype, jnp.complexfloating):
+                raise TraceError(_COMPLEX.format(
+                    what=f"`{name}` at {source} makes a value that depends on an input and",
+                    dtype=dtype, fix="write that computation in real arithmetic (real and "
+                    "imaginary parts as separate real arrays)"))
         if name in _CONTROL_FLOW:
             raise prim.UnsupportedPrimitiveError(
                 f"control flow `{name}` at {source} is not supported: {_CONTROL_FLOW[name]}"

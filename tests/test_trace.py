@@ -136,3 +136,31 @@ def test_integer_arguments_are_not_vertices():
 
     g = ag.trace(f, jnp.ones(2), jnp.arange(2))
     assert g.input_vertices[1] == -1 and len(g.inputs) == 1
+
+
+def test_complex_inputs_and_intermediates_are_refused_clearly():
+    """jnp.abs(z) on complex z used to lose the imaginary part of the derivative."""
+    with pytest.raises(ag.TraceError, match=r"argument \[0\] is complex64.*real and imaginary parts"):
+        ag.trace(jnp.abs, jnp.ones(3, jnp.complex64))
+    with pytest.raises(ag.TraceError, match=r"argument \[1\]\['z'\] is complex64"):
+        ag.trace(lambda x, d: x * jnp.abs(d["z"]), jnp.ones(3), {"z": jnp.ones(3, jnp.complex64)})
+    with pytest.raises(ag.TraceError, match="depends on an input and is complex64.*real arithmetic"):
+        ag.trace(lambda x: jnp.abs(jnp.fft.fft(x)), jnp.ones(4))
+    with pytest.raises(ag.TraceError, match="complex64"):
+        ag.jacobian(lambda x: jnp.abs(x * (1 + 1j)))(jnp.ones(3))
+    # A complex constant that never meets an input is fine.
+    g = ag.trace(lambda x: x * jnp.abs(jnp.fft.fft(jnp.arange(3.0))), jnp.ones(3))
+    assert g.num_vertices == 2
+
+
+def test_constant_outputs_have_zero_jacobian():
+    """A function returning a literal constant beside a real output (used to crash on the
+    removed jax.core.get_aval)."""
+    f = lambda x: (jnp.sin(x).sum(), 0.0, jnp.ones(2))
+    g = ag.trace(f, jnp.ones(3))
+    assert [g.shapes[v] for v in g.output_vertices] == [(), (), (2,)]
+    got = ag.jacobian(f)(jnp.arange(3.0))
+    want = jax.jacrev(f)(jnp.arange(3.0))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        assert jnp.allclose(a, b)
