@@ -8,34 +8,48 @@ is the sum of the multiplications of all those products. Structures are table id
 
     state, mults = eliminate(state, j)
 
-Every consumer (``cost``, the baselines, the search, training and evaluation) uses this
-module. A compiled CPU evaluator of the same tables (:mod:`alphagrad.evaluator`) serves
-local search, where orders are scored one by one at microsecond rates.
+The game (search, training, the agent, the network's features) plays on this module. A
+compiled CPU evaluator of the same tables (:mod:`alphagrad.evaluator`) serves local
+search and exact scoring, where orders are scored one by one at microsecond rates.
+
+Costs. The engine counts multiplications in float32, under JAX's default 32-bit types:
+a step's count is exact while its products sum to less than 2**24 (every benchmark
+graph) and is otherwise the exact count rounded to float32 (relative error about 1e-7
+per addition); it never wraps, at any size, which an int32 count would past 2**31 (a
+1000x1000 matmul layer has steps of 2e9). That is what rewards, priors and features
+need. Exact integer costs come from :func:`cost` (the one door for scoring an order),
+which counts with the evaluator in int64 and with Python integers beyond.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
 from alphagrad import rules as rl
+from alphagrad.baselines import check_graph, resolve_order
+from alphagrad.evaluator import Evaluator
 from alphagrad.graph import INTERMEDIATE, Graph
 
 #: Default padded vertex limit. Graphs are padded to a multiple of 32 up to it.
 MAX_VERTICES = 1024
+
+#: The dtype of the engine's multiplication counts (see the module docstring).
+COST_DTYPE = jnp.float32
 
 
 class GraphTooLargeError(ValueError):
     """The graph has more vertices than the padded limit."""
 
 
-@struct.dataclass
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
 class GameState:
-    """One graph in the middle of an elimination.
+    """One graph in the middle of an elimination (a JAX pytree: every field is a leaf).
 
     Attributes:
       edges: ``[V, V]`` int32 structure id of edge ``i -> k`` (0: no edge).
@@ -43,7 +57,8 @@ class GameState:
       kinds: ``[V]`` int8, INPUT/INTERMEDIATE/OUTPUT; -1 for padding.
       compose: ``[S, S]`` int32 rule table (see :mod:`alphagrad.rules`).
       join: ``[S, S]`` int32 rule table.
-      cost: ``[S, S]`` int32 multiplications per product, in the chosen convention.
+      cost: ``[S, S]`` float32 multiplications per product, in the chosen convention
+        (the exact count rounded to float32).
       has_value: ``[S]`` bool, whether a structure carries values (False: a +-1 pattern).
       sizes: ``[V, 4]`` int32 the vertex shapes (leading axes, 1-padded; 0 for padding).
       mults: ``[]`` float32 multiplications spent so far.
@@ -59,19 +74,17 @@ class GameState:
     sizes: jax.Array
     mults: jax.Array
 
+    def replace(self, **changes) -> "GameState":
+        """A copy with ``changes`` (fields may be set to None to leave them out of a pytree)."""
+        return dataclasses.replace(self, **changes)
+
 
 def padded_size(n: int, multiple: int = 32) -> int:
     return -(-n // multiple) * multiple
 
 
-@functools.lru_cache(maxsize=64)
-def _tables_cached(graph: Graph) -> rl.RuleTables:
-    return rl.build_tables(graph.structures)
-
-
-def tables(graph: Graph) -> rl.RuleTables:
-    """The rule tables of ``graph`` (built once per graph and cached)."""
-    return _tables_cached(graph)
+#: The rule tables of a graph (built once per graph and cached): :func:`alphagrad.rules.tables`.
+tables = rl.tables
 
 
 def encode(
@@ -93,6 +106,8 @@ def encode(
       rule_tables: the graph's rule tables, if the caller keeps them (default: built
         once and cached here).
     """
+    check_graph(graph, "engine.encode")
+    rl.check_convention(convention)
     V = graph.num_vertices
     if V > max_vertices:
         raise GraphTooLargeError(
@@ -106,11 +121,9 @@ def encode(
     S = num_structures or padded_size(T.size, 64)  # few distinct shapes: few compiles
     if S < T.size:
         raise ValueError(f"num_structures={S} is smaller than the graph's {T.size} structures")
-    if convention not in T.cost:
-        raise ValueError(f"unknown cost convention {convention!r}; use one of {sorted(T.cost)}")
-    costs = T.cost[convention]
-    if costs.max(initial=0) >= 2**31:
-        raise OverflowError("a single product costs more than 2**31 multiplications")
+    # float32 of the exact counts: never wraps (an int32 table would past 2**31, which the
+    # closure's unused products of a 40x40 matmul already exceed)
+    costs = T.float_cost[convention].astype(np.float32)
     edges = np.zeros((P, P), np.int32)
     for e in graph.edges:
         edges[e.src, e.dst] = T.index(e.structure)
@@ -127,10 +140,10 @@ def encode(
         kinds=jnp.asarray(kinds),
         compose=jnp.asarray(pad(T.compose, rl.INVALID)),
         join=jnp.asarray(pad(T.join, rl.INVALID)),
-        cost=jnp.asarray(pad(costs.astype(np.int32), 0)),
+        cost=jnp.asarray(pad(costs, 0), COST_DTYPE),
         has_value=jnp.asarray(np.pad([s is not None and s.value_vars is not None for s in T.structures], (0, S - T.size))),
         sizes=jnp.asarray(sizes),
-        mults=jnp.zeros((), jnp.float32),
+        mults=jnp.zeros((), COST_DTYPE),
     )
 
 
@@ -208,7 +221,7 @@ def _pairs_fn(block: int, update: bool):
     def single(*args):
         E, rest = (args[0], args[1:]) if update else (None, args)
         body = lambda c, carry: _block_step(c, carry, *rest, block)
-        return run(E, rest, _num_blocks(rest[0], rest[1], block), body, jnp.zeros((), jnp.int32))
+        return run(E, rest, _num_blocks(rest[0], rest[1], block), body, jnp.zeros((), rest[-1].dtype))
 
     f = jax.custom_batching.custom_vmap(single)
 
@@ -221,7 +234,7 @@ def _pairs_fn(block: int, update: bool):
         step = lambda c, carry, *a: _block_step(c, carry, *a, block)
         body = lambda c, carry: jax.vmap(step, in_axes=(None, 0) + rest_axes)(c, carry, *rest)
         blocks = jax.vmap(lambda i, o: _num_blocks(i, o, block))(rest[0], rest[1]).max()
-        out = run(E, rest, blocks, body, jnp.zeros((axis_size,), jnp.int32))
+        out = run(E, rest, blocks, body, jnp.zeros((axis_size,), rest[-1].dtype))
         return out, ((True, True) if update else True)
 
     return f
@@ -238,7 +251,7 @@ def _pairs(state: GameState, into, out_of, block: int, update: bool):
 
 
 def vertex_cost(state: GameState, vertex, block: int = BLOCK) -> jax.Array:
-    """int32: the multiplications of eliminating ``vertex`` now (its Markowitz degree in
+    """float32: the multiplications of eliminating ``vertex`` now (its Markowitz degree in
     the cost model); 0 if it is not eliminable."""
     E = state.edges
     into = jnp.where(state.eliminable[vertex], E[:, vertex], 0)
@@ -246,12 +259,13 @@ def vertex_cost(state: GameState, vertex, block: int = BLOCK) -> jax.Array:
 
 
 def vertex_costs(state: GameState, block: int = BLOCK) -> jax.Array:
-    """``[V]`` int32: :func:`vertex_cost` of every vertex."""
+    """``[V]`` float32: :func:`vertex_cost` of every vertex."""
     return jax.vmap(lambda j: vertex_cost(state, j, block))(jnp.arange(state.edges.shape[0]))
 
 
 def eliminate(state: GameState, vertex: jax.Array, block: int = BLOCK) -> tuple[GameState, jax.Array]:
-    """Eliminates ``vertex``; returns the new state and the multiplications it cost.
+    """Eliminates ``vertex``; returns the new state and the multiplications it cost
+    (float32, see the module docstring).
 
     Work grows with in-degree x out-degree of ``vertex`` (in blocks of ``block``), not
     with the square of the graph size. Eliminating a vertex that is not eliminable (an
@@ -267,7 +281,7 @@ def eliminate(state: GameState, vertex: jax.Array, block: int = BLOCK) -> tuple[
     state = state.replace(
         edges=E,
         eliminable=state.eliminable.at[vertex].set(False),
-        mults=state.mults + mults.astype(jnp.float32),
+        mults=state.mults + mults.astype(state.mults.dtype),
     )
     return state, mults
 
@@ -277,41 +291,32 @@ def eliminate_all(state: GameState, order: jax.Array) -> tuple[GameState, jax.Ar
     return jax.lax.scan(eliminate, state, order)
 
 
-_eliminate_all_jit = jax.jit(eliminate_all)
-
-
 def cost(graph: Graph, order, convention: str = "exact") -> int:
-    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order``.
+    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order``: the
+    one door for scoring an order (exact integers at any size).
 
     Args:
       graph: a traced graph (:func:`alphagrad.trace`).
-      order: every intermediate vertex id exactly once, or ``"fwd"``, ``"rev"``,
-        ``"markowitz"``.
+      order: every intermediate vertex id exactly once (a list, tuple or 1-D integer
+        array), ``"fwd"``, ``"rev"`` or ``"markowitz"``, or a result with ``.order`` (an
+        ``OrderResult``), as :func:`alphagrad.jacobian` accepts (see
+        :func:`alphagrad.baselines.resolve_order`).
       convention: ``"exact"`` (what :func:`alphagrad.jacobian` executes; identity and
         +-1 factors are free) or ``"published"`` (the published AlphaGrad cost model).
 
-    Raises:
-      ValueError: ``order`` is not a permutation of the intermediates.
-    """
-    from alphagrad import baselines
+    Returns:
+      A Python int, counted with the compiled evaluator in int64 (the same rule tables
+      as the engine) and with Python integers if a count reaches 2**62.
 
-    if isinstance(order, str):
-        order = baselines.by_name(order)(graph)
-    order = graph.check_order(order)
+    Raises:
+      TypeError: ``graph`` is not a Graph (e.g. the function itself), or ``order`` is
+        not a sequence of integers.
+      ValueError: unknown convention, or ``order`` is not a permutation of the
+        intermediates (or was computed for another graph).
+    """
+    check_graph(graph, "alphagrad.cost", "alphagrad.cost(alphagrad.trace(f, *args), order)")
+    rl.check_convention(convention)
+    order = resolve_order(graph, order, convention)
     if not order:
         return 0
-    if tables(graph).cost[convention].max(initial=0) >= 2**31:  # beyond the engine's int32
-        from alphagrad.evaluator import Evaluator
-
-        return Evaluator(graph, convention).cost(order)
-    with jax.ensure_compile_time_eval():  # concrete even when called inside a jit trace
-        state = encode(graph, convention)
-        _, per_step = _eliminate_all_jit(state, jnp.asarray(order, jnp.int32))
-        per_step = np.asarray(per_step, np.int64)
-    if (per_step < 0).any() or per_step.max() >= 2**30:
-        # int32 step sums may wrap: count again in int64 with the compiled evaluator,
-        # which reads the same rule tables
-        from alphagrad.evaluator import Evaluator
-
-        return Evaluator(graph, convention).cost(order)
-    return int(per_step.sum())
+    return Evaluator(graph, convention).cost(order)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import functools
 import hashlib
@@ -147,12 +148,37 @@ class Graph:
     def check_order(self, order) -> list[int]:
         """Returns ``order`` as a list of ints if it eliminates every intermediate once.
 
-        Raises ValueError naming what is wrong otherwise.
+        An order is a sequence of vertex ids: a list, tuple, range, iterator or 1-D
+        integer array (numpy or JAX) of Python or numpy integers. Raises TypeError for
+        anything else (a set or dict, which have no order; a string; floats or bools,
+        which are not ids) and ValueError for a repeated, missing or foreign vertex, each
+        saying what to pass instead.
         """
+        how = (f"pass the intermediates of this graph in elimination order, e.g. "
+               f"list(graph.intermediates), or a name: 'fwd', 'rev', 'markowitz'")
+        if isinstance(order, (str, bytes, bytearray)):
+            raise TypeError(f"an order is a sequence of vertex ids, not {type(order).__name__} "
+                            f"{order!r}; {how}")
+        if isinstance(order, (set, frozenset, dict, collections.abc.Mapping, collections.abc.Set)):
+            raise TypeError(f"an order is a sequence of vertex ids, but a {type(order).__name__} has "
+                            f"no order; {how}")
+        if hasattr(order, "dtype") and hasattr(order, "ndim"):  # numpy / JAX arrays
+            if order.ndim != 1 or np.dtype(order.dtype).kind not in "iu":
+                raise TypeError(f"an order is a 1-D array of integer vertex ids, got a "
+                                f"{order.ndim}-D array of {order.dtype}; {how}")
+            order = np.asarray(order).tolist()
         try:
-            order = [int(v) for v in order]
-        except (TypeError, ValueError):
-            raise ValueError(f"an order is a sequence of vertex ids (ints), got {order!r}") from None
+            items = list(order)
+        except TypeError:
+            raise TypeError(f"an order is a sequence of vertex ids, got {type(order).__name__} "
+                            f"{order!r}; {how}") from None
+        ids = []
+        for v in items:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"vertex ids are ints, but the order contains {v!r} "
+                                f"({type(v).__name__}); {how}")
+            ids.append(int(v))
+        order = ids
         inter = set(self.intermediates)
         bad = [v for v in order if v not in inter]
         if bad:
@@ -163,16 +189,19 @@ class Graph:
             raise ValueError(
                 f"the order contains vertices that are not intermediates of this graph: "
                 f"{kinds}; intermediates are {self.intermediates[:3]}...{self.intermediates[-3:]}"
-                f" (was the order computed for another graph? this graph is {self.fingerprint})"
+                f" (was the order computed for another graph? this graph is {self.fingerprint}); "
+                f"{how}"
             )
         counts = collections.Counter(order)
         dups = sorted(v for v, n in counts.items() if n > 1)
         if dups:
-            raise ValueError(f"the order eliminates these vertices more than once: {dups[:10]}")
+            raise ValueError(f"the order eliminates these vertices more than once: {dups[:10]}; "
+                             f"eliminate each intermediate exactly once ({how})")
         missing = sorted(inter - set(order))
         if missing:
             raise ValueError(
-                f"the order is missing {len(missing)} intermediate vertices, e.g. {missing[:10]}"
+                f"the order is missing {len(missing)} intermediate vertices, e.g. {missing[:10]}; "
+                f"eliminate each intermediate exactly once ({how})"
             )
         return order
 

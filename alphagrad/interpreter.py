@@ -18,35 +18,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from alphagrad import baselines, engine
 from alphagrad import primitives as prim
+from alphagrad import rules
 from alphagrad import structure as st
+from alphagrad.baselines import resolve_order  # the one door, shared with alphagrad.cost
 from alphagrad.graph import Graph
 from alphagrad.trace import trace
 
 
 def _abstract(args):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
-
-
-def resolve_order(graph: Graph, order) -> list[int]:
-    """An order for ``graph`` from a name, a sequence of vertex ids or a result object.
-
-    Raises ValueError if it is not a permutation of the intermediates, or if it carries
-    the fingerprint of another graph.
-    """
-    if isinstance(order, str):
-        return baselines.by_name(order)(graph)
-    fingerprint = getattr(order, "fingerprint", None)
-    if fingerprint is not None and fingerprint != graph.fingerprint:
-        raise ValueError(
-            f"this order was computed for graph {fingerprint}, but the function traces to "
-            f"graph {graph.fingerprint} with these argument shapes; compute the order for "
-            f"these shapes"
-        )
-    if hasattr(order, "order"):
-        order = order.order
-    return graph.check_order(order)
 
 
 def _edge_values(graph: Graph, slots: dict):
@@ -90,7 +71,7 @@ def accumulate(graph: Graph, order: Sequence[int], leaves):
     ``{(input, output): (structure, value)}``, the output values, and the scalar
     multiplications the products issued (counted from the einsums emitted).
     """
-    tables = engine.tables(graph)
+    tables = rules.tables(graph)
     slots = _evaluate(graph, leaves)
     edges = _edge_values(graph, slots)
     preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}

@@ -5,6 +5,15 @@ The elimination engine (JAX) and the compiled CPU evaluator both read these tabl
 they agree by construction (and ``tests/test_engine.py`` checks it). Id 0 stands for
 "no edge": composing with it gives 0 at cost 0, adding it changes nothing, so the engine
 needs no masks.
+
+Costs. The closure tabulates every shape-compatible pair of structures, including
+products that no elimination of the graph ever performs (e.g. two dense 4-D Jacobians of
+a 1000x1000 matmul: 10^18 multiplications), so table entries can be huge while every
+real order is cheap. The tables therefore never refuse a graph: ``cost`` holds each
+product's exact count as int64, saturated at :data:`COST_CAP` (entries that large are
+never met by a computable order), :meth:`RuleTables.exact_cost` gives the exact Python
+integer of any product, and :meth:`RuleTables.float_cost` the float64 table the JAX
+engine counts with.
 """
 
 from __future__ import annotations
@@ -19,6 +28,22 @@ from alphagrad import structure as st
 NO_EDGE = 0
 #: A table entry for two structures that can never meet (incompatible shapes).
 INVALID = -1
+#: int64 cost entries and the compiled evaluator's sums saturate here (2**62 - 1, about
+#: 4.6e18): the sum of two saturated values still fits in int64, so nothing ever wraps,
+#: and a count that reaches the cap is recounted exactly (arbitrary-precision integers)
+#: or refused with an error, never returned as a number.
+COST_CAP = 2**62 - 1
+
+
+def check_convention(convention) -> str:
+    """Returns ``convention`` if it names a cost model, else raises ValueError saying which do."""
+    if not isinstance(convention, str) or convention not in st.CONVENTIONS:
+        raise ValueError(
+            f"unknown cost convention {convention!r}; use one of {list(st.CONVENTIONS)} "
+            f"(\"exact\": what alphagrad.jacobian executes, \"published\": the published "
+            f"AlphaGrad cost model)"
+        )
+    return convention
 
 
 class TooManyStructuresError(RuntimeError):
@@ -33,8 +58,10 @@ class RuleTables:
       structures: the structures; index 0 is ``None`` (no edge).
       compose: ``[S, S]`` id of ``a . b`` for ``a = dk/dj``, ``b = dj/di``.
       join: ``[S, S]`` id of ``a + b``.
-      cost: per convention, ``[S, S]`` multiplications of ``a . b`` (int64).
-      products: ``(a, b) -> structure.Product`` for the interpreter.
+      cost: per convention, ``[S, S]`` int64 multiplications of ``a . b``, saturated at
+        :data:`COST_CAP` (see :meth:`exact_cost` for the exact count).
+      products: ``(a, b) -> structure.Product`` for the interpreter; ``Product.cost``
+        holds the exact counts as Python integers.
     """
 
     structures: tuple
@@ -53,6 +80,21 @@ class RuleTables:
     @functools.cached_property
     def _index(self) -> dict:
         return {s: k for k, s in enumerate(self.structures) if s is not None}
+
+    def exact_cost(self, convention: str, a: int, b: int) -> int:
+        """The exact multiplications of ``a . b`` (a Python integer, never saturated)."""
+        p = self.products.get((int(a), int(b)))
+        return 0 if p is None else p.cost[convention]
+
+    @functools.cached_property
+    def float_cost(self) -> dict:
+        """Per convention, ``[S, S]`` float64 multiplications of ``a . b``: the exact count
+        rounded to float64 (not saturated), for the JAX engine."""
+        out = {c: np.zeros((self.size, self.size), np.float64) for c in st.CONVENTIONS}
+        for (a, b), p in self.products.items():
+            for c in st.CONVENTIONS:
+                out[c][a, b] = float(p.cost[c]) if p.cost[c] < 2**1023 else np.inf
+        return out
 
 
 def build_tables(initial, max_structures: int = 4096) -> RuleTables:
@@ -120,7 +162,17 @@ def build_tables(initial, max_structures: int = 4096) -> RuleTables:
     for (a, b), p in products.items():
         comp[a, b] = compose[(a, b)]
         for c in st.CONVENTIONS:
-            costs[c][a, b] = p.cost[c]
+            costs[c][a, b] = min(p.cost[c], COST_CAP)
     for (a, b), j in join.items():
         jn[a, b] = j
     return RuleTables(tuple(structs), comp, jn, costs, products)
+
+
+@functools.lru_cache(maxsize=64)
+def _tables_cached(graph) -> RuleTables:
+    return build_tables(graph.structures)
+
+
+def tables(graph) -> RuleTables:
+    """The rule tables of ``graph`` (built once per graph and cached)."""
+    return _tables_cached(graph)

@@ -28,7 +28,7 @@ import mctx
 import numpy as np
 from flax import struct
 
-from alphagrad import baselines, engine
+from alphagrad import baselines, engine, rules
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
 
@@ -117,7 +117,8 @@ class Trajectory:
     Attributes:
       actions: ``[T, B]`` the vertex eliminated at each move.
       weights: ``[T, B, V]`` the search's improved policy (the policy training target).
-      mults: ``[T, B]`` each move's multiplications.
+      mults: ``[T, B]`` each move's multiplications (float32, as the engine counts;
+        exact costs come from :func:`alphagrad.cost`).
       active: ``[T, B]`` whether the game was still running.
       tokens, edges, mask: ``[T, B, ...]`` the network's input before each move
         (:func:`alphagrad.network.observe`), when recorded; else None.
@@ -141,7 +142,7 @@ def _run_games(state, scale, choose, record: bool, key):
     obs = jax.vmap(observe)(state, scale) if record else None
     buf = Trajectory(
         actions=jnp.zeros((V, B), jnp.int32), weights=jnp.zeros((V, B, V), jnp.float32),
-        mults=jnp.zeros((V, B), jnp.int32), active=jnp.zeros((V, B), bool),
+        mults=jnp.zeros((V, B), engine.COST_DTYPE), active=jnp.zeros((V, B), bool),
         **({} if not record else dict(zip(("tokens", "edges", "mask"),
                                           (jnp.zeros((V,) + x.shape, x.dtype) for x in obs)))),
     )
@@ -271,11 +272,23 @@ def search_order(graph: Graph, simulations: int = 32, prior: str = "markowitz", 
     seconds have passed (compilation included), and returns the cheapest order played,
     or the best baseline's if that is cheaper, so the result is never worse than forward,
     reverse and Markowitz.
+
+    Raises:
+      TypeError, ValueError: ``simulations``, ``max_considered`` or ``games`` is not an
+        int >= 1, ``seed`` not an int in ``[0, 2**32)``, ``budget_s`` not None or a
+        finite number of seconds > 0, or ``prior``/``convention`` unknown.
     """
     import time
 
-    if prior not in PRIORS:
+    baselines.check_graph(graph, "search.search_order")
+    simulations = baselines.check_int(simulations, "simulations", 1)
+    if not isinstance(prior, str) or prior not in PRIORS:
         raise ValueError(f"unknown prior {prior!r}; use one of {sorted(PRIORS)}")
+    seed = baselines.check_seed(seed)
+    rules.check_convention(convention)
+    max_considered = baselines.check_int(max_considered, "max_considered", 1)
+    budget_s = baselines.check_budget(budget_s, allow_none=True)
+    games = baselines.check_int(games, "games", 1)
     t0 = time.perf_counter()
     ev = Evaluator(graph, convention)
     starts = [baselines.forward(graph), baselines.reverse(graph), baselines.markowitz(graph, convention)]

@@ -1,12 +1,16 @@
 """Baselines: forward, reverse, Markowitz, the exact optimum and annealing."""
 
 import itertools
+import signal
+import time
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import alphagrad as ag
-from alphagrad import baselines
+from alphagrad import baselines, engine
 from alphagrad.evaluator import Evaluator
 
 
@@ -84,10 +88,141 @@ def test_anneal_never_worse_than_its_start_and_deterministic_with_iterations():
     assert ag.cost(g, baselines.anneal(g, budget_s=0.5, seed=0)) <= ag.cost(g, start)
 
 
-def test_compiled_markowitz_equals_the_engine_markowitz():
-    from alphagrad.evaluator import Evaluator
+@jax.jit
+def _engine_greedy(state):
+    """Markowitz on the JAX engine: at each step the eliminable vertex of least current cost
+    (engine.vertex_costs), the smallest id on ties."""
 
+    def step(state, _):
+        costs = jnp.where(state.eliminable, engine.vertex_costs(state), jnp.inf)
+        v = jnp.argmin(costs)
+        return engine.eliminate(state, v)[0], v
+
+    return jax.lax.scan(step, state, None, length=state.eliminable.shape[0])[1]
+
+
+def test_markowitz_equals_a_greedy_run_on_the_jax_engine():
+    """baselines.markowitz runs on the compiled evaluator; the same greedy rule played on the
+    JAX engine (one padded size: one compile) gives the same order."""
     for name in ("RoeFlux_1d", "RobotArm_6DOF", "HumanHeartDipole", "MLP"):
         ex = ag.examples.get(name)
         g = ag.trace(ex.fn, *ex.args)
-        assert Evaluator(g).markowitz() == baselines.markowitz(g), name
+        state = engine.encode(g, num_vertices=128, num_structures=256)
+        order = [int(v) for v in np.asarray(_engine_greedy(state))[: len(g.intermediates)]]
+        assert order == baselines.markowitz(g) == Evaluator(g).markowitz(), name
+
+
+# ---------------------------------------------------------------- arguments checked at the door
+
+
+class _Deadline:
+    """Fails (instead of hanging) if the block takes longer than ``seconds``."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def __enter__(self):
+        def fail(*_):
+            raise TimeoutError(f"took more than {self.seconds} s: the argument was not refused at the door")
+        self.old = signal.signal(signal.SIGALRM, fail)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.old)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return ag.trace(small_scalar, 0.3, 0.5, 0.7)
+
+
+BAD_BUDGETS = [(float("nan"), ValueError, "finite number of seconds > 0"),
+               (-1.0, ValueError, "finite number of seconds > 0"),
+               (0, ValueError, "finite number of seconds > 0"),
+               (0.0, ValueError, "finite number of seconds > 0"),
+               (float("inf"), ValueError, "finite number of seconds > 0"),
+               ("10", TypeError, "a number of seconds"),
+               (True, TypeError, "a number of seconds"),
+               (None, TypeError, "a number of seconds")]
+BAD_SEEDS = [(1.0, TypeError, "seed must be an int"), (True, TypeError, "seed must be an int"),
+             ("0", TypeError, "seed must be an int"), (None, TypeError, "seed must be an int"),
+             (-1, ValueError, r"seed must be an int (>= 0|in \[0, 2\*\*32\))"),
+             (2**32, ValueError, r"seed must be an int in \[0, 2\*\*32\)")]
+
+
+@pytest.mark.parametrize("budget,error,message", BAD_BUDGETS)
+def test_anneal_refuses_a_bad_budget_at_once(small, budget, error, message):
+    with _Deadline(5), pytest.raises(error, match=f"budget_s.*{message}"):
+        baselines.anneal(small, budget_s=budget)
+    with _Deadline(5), pytest.raises(error, match="budget_s"):  # checked even with iterations
+        baselines.anneal(small, budget_s=budget, iterations=10)
+
+
+@pytest.mark.parametrize("seed,error,message", BAD_SEEDS)
+def test_anneal_refuses_a_bad_seed(small, seed, error, message):
+    with _Deadline(5), pytest.raises(error, match=message):
+        baselines.anneal(small, budget_s=0.1, seed=seed)
+
+
+@pytest.mark.parametrize("iterations,error,message", [(-1, ValueError, "iterations must be an int >= 0"),
+                                                      (10.0, TypeError, "iterations must be an int"),
+                                                      (True, TypeError, "iterations must be an int"),
+                                                      ("5", TypeError, "iterations must be an int")])
+def test_anneal_refuses_a_bad_iteration_count(small, iterations, error, message):
+    with _Deadline(5), pytest.raises(error, match=message):
+        baselines.anneal(small, iterations=iterations)
+
+
+def test_anneal_accepts_numpy_ints_and_zero_iterations(small):
+    start = baselines.reverse(small)
+    assert baselines.anneal(small, iterations=0, start=start) == start
+    assert baselines.anneal(small, iterations=np.int64(50), seed=np.uint32(7)) == \
+        baselines.anneal(small, iterations=50, seed=7)
+    with pytest.raises(TypeError, match="has no order"):
+        baselines.anneal(small, iterations=5, start=set(start))
+
+
+def test_anneal_keeps_to_a_short_budget():
+    ex = ag.examples.get("RoeFlux_3d")
+    g = ag.trace(ex.fn, *ex.args)
+    baselines.anneal(g, iterations=1)  # compiled (numba's cache) before timing
+    for budget in (0.05, 0.3):
+        t0 = time.perf_counter()
+        order = baselines.anneal(g, budget_s=budget, seed=1)
+        took = time.perf_counter() - t0
+        assert sorted(order) == sorted(g.intermediates)
+        assert budget <= took < budget + 0.25, (budget, took)
+
+
+@pytest.mark.parametrize("value,error,message", [(-1, ValueError, "max_intermediates must be an int >= 0"),
+                                                 (20.0, TypeError, "max_intermediates must be an int"),
+                                                 (None, TypeError, "max_intermediates must be an int")])
+def test_optimal_refuses_a_bad_max_intermediates(small, value, error, message):
+    with pytest.raises(error, match=message):
+        baselines.optimal(small, max_intermediates=value)
+
+
+@pytest.mark.parametrize("fn", [baselines.markowitz, baselines.optimal, baselines.anneal])
+def test_baselines_refuse_an_unknown_convention(small, fn):
+    with pytest.raises(ValueError, match=r"unknown cost convention 'flops'; use one of \['exact', 'published'\]"):
+        fn(small, convention="flops")
+
+
+@pytest.mark.parametrize("fn", [baselines.forward, baselines.reverse, baselines.markowitz,
+                                baselines.optimal, baselines.anneal])
+def test_baselines_given_a_function_say_trace_it_first(fn):
+    with pytest.raises(TypeError, match=r"trace it first: baselines\.\w+\(alphagrad\.trace\(f, \*args\)\)"):
+        fn(small_scalar)
+
+
+def test_optimal_and_anneal_refuse_orders_past_64_bits_instead_of_ranking_capped_counts():
+    """n = 2**21: every order costs more than 2**64 multiplications; the int64 searches say
+    so rather than compare saturated counts."""
+    S = jax.ShapeDtypeStruct((2**21, 2**21), jnp.float32)
+    g = ag.trace(lambda A, B: jnp.tanh(jnp.sin(A @ B)), S, S)
+    with pytest.raises(OverflowError, match=r"2\*\*62 - 1.*alphagrad.cost"):
+        baselines.optimal(g)
+    with pytest.raises(OverflowError, match=r"2\*\*62 - 1.*alphagrad.cost"):
+        baselines.anneal(g, iterations=5)
+    assert ag.cost(g, baselines.markowitz(g)) == 2 * 2**63 + 2**42  # exact, as Markowitz compares

@@ -1,6 +1,11 @@
 """The elimination engine: exact costs on hand-computed cases, theory's forward/reverse
 behaviour, agreement with the compiled evaluator, jit/vmap properties and clear errors."""
 
+import dataclasses
+import os
+import subprocess
+import sys
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -213,3 +218,149 @@ def test_state_after_eliminating_a_set_does_not_depend_on_the_order(name):
         for v in rng.permutation(subset):
             ev.step(E2, v)
         assert (E1 == E2).all()
+
+
+# ---------------------------------------------------------------- costs past 32 bits (issue 16)
+
+
+def _matmul_layer(A, B):
+    return jnp.tanh(A @ B)
+
+
+def _abstract(*shapes):
+    return tuple(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes)
+
+
+def test_40x40_matmul_costs_exactly_on_every_path():
+    """The closure of its structures holds products of 40**6 > 2**31 multiplications that no
+    order performs; they once made every path raise OverflowError."""
+    from alphagrad.interpreter import executed_multiplications
+
+    A = jnp.linspace(-1, 1, 1600).reshape(40, 40)
+    B = jnp.cos(A)
+    g = ag.trace(_matmul_layer, A, B)
+    assert engine.tables(g).cost["exact"].max() == 40**6 >= 2**31  # the trap is there
+    want = 2 * 40**3  # tanh' (diagonal) times each factor's local Jacobian: 40**3 each
+    for order in ("fwd", "rev", "markowitz", baselines.markowitz(g), baselines.optimal(g),
+                  baselines.anneal(g, iterations=10)):
+        assert ag.cost(g, order) == want
+        assert executed_multiplications(_matmul_layer, order, A, B) == want
+    _, per_step = jax.jit(engine.eliminate_all)(engine.encode(g), jnp.asarray(g.intermediates, jnp.int32))
+    assert per_step.dtype == jnp.float32 and float(per_step.sum()) == want
+    got = ag.jacobian(_matmul_layer, "markowitz", argnums=(0, 1))(A, B)
+    for a, b in zip(got, jax.jacrev(_matmul_layer, argnums=(0, 1))(A, B)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_loss_over_a_pytree_of_40x40_weights_costs_what_the_interpreter_executes():
+    from alphagrad.interpreter import executed_multiplications
+
+    def loss(params, x):
+        h = jnp.tanh(params["W1"] @ x + params["b1"])
+        return jnp.sum((params["W2"] @ h + params["b2"] - 1.0) ** 2)
+
+    params = {"W1": jnp.eye(40) * 0.5, "b1": jnp.zeros((40, 40)), "W2": jnp.eye(40), "b2": jnp.ones((40, 40))}
+    x = jnp.ones((40, 40))
+    g = ag.trace(loss, params, x)
+    assert engine.tables(g).cost["exact"].max() >= 2**31
+    for order in ("fwd", "rev", "markowitz"):
+        c = ag.cost(g, order)
+        assert 0 < c < 2**31 and c == executed_multiplications(loss, order, params, x)
+
+
+def test_1000x1000_layers_cost_exactly_and_the_engine_does_not_wrap():
+    """tanh(W @ x) and tanh(A @ B) at 1000x1000, abstractly (ShapeDtypeStruct): exact costs
+    on every path, the interpreter executes them, and the engine's 2e9-multiplication step
+    (past int32) is counted exactly in float32 (2e9 is a float32)."""
+    from alphagrad.interpreter import executed_multiplications
+
+    n = 1000
+    cases = [(lambda W, x: jnp.tanh(W @ x), _abstract((n, n), (n,)), 2 * n * n),
+             (_matmul_layer, _abstract((n, n), (n, n)), 2 * n**3)]
+    for f, args, want in cases:
+        g = ag.trace(f, *args)
+        for order in ("fwd", "rev", "markowitz", baselines.anneal(g, budget_s=0.05)):
+            assert ag.cost(g, order) == want
+        assert ag.cost(g, "rev", convention="published") == want
+        state = engine.encode(g)
+        state, mults = engine.eliminate(state, g.intermediates[0])
+        assert mults.dtype == jnp.float32 and float(mults) == want and float(state.mults) == want
+    assert executed_multiplications(_matmul_layer, "markowitz", *cases[1][1]) == 2 * n**3
+
+
+def test_1000x1000_layer_jacobian_has_jacrevs_shapes():
+    f = lambda W, x: jnp.tanh(W @ x)
+    args = _abstract((1000, 1000), (1000,))
+    got = jax.eval_shape(ag.jacobian(f, "markowitz", argnums=(0, 1)), *args)
+    assert got == jax.eval_shape(jax.jacrev(f, argnums=(0, 1)), *args)
+
+
+def test_costs_past_64_bits_are_exact_integers_not_wrapped():
+    """n = 2**21: one order costs 2**64 + ..., past int64. The rule tables saturate at
+    COST_CAP (2**62 - 1), the evaluator's sums saturate instead of wrapping, and a
+    saturated count is recounted with Python integers: cost equals what the interpreter
+    executes, and Markowitz compares exact costs."""
+    from alphagrad import rules
+    from alphagrad.interpreter import executed_multiplications
+
+    n = 2**21
+    f = lambda A, B: jnp.tanh(jnp.sin(A @ B))
+    args = _abstract((n, n), (n, n))
+    g = ag.trace(f, *args)
+    T = engine.tables(g)
+    exact = {ab: T.exact_cost("exact", *ab) for ab in T.products}
+    assert max(exact.values()) == n**6 > rules.COST_CAP  # an unused product, past int64
+    assert all(T.cost["exact"][ab] == min(c, rules.COST_CAP) for ab, c in exact.items())
+    matmul, sine = g.intermediates
+    want = {"fwd": 4 * n**3, "rev": 2 * n**3 + n * n}  # rev: sin first (n*n), then the matmul
+    for name, c in want.items():
+        assert ag.cost(g, name) == c == executed_multiplications(f, name, *args)
+    assert baselines.markowitz(g) == [sine, matmul]
+    ev = Evaluator(g)
+    E = ev.new_state()
+    assert ev.vertex_cost(E, matmul) == 2 * n**3
+    assert ev.step(E, matmul) == 2 * n**3
+    assert ev.step(E, sine) == 2 * n**3
+    # the engine counts in float32: no wrap, the exact count rounded
+    _, per_step = jax.jit(engine.eliminate_all)(engine.encode(g), jnp.asarray([matmul, sine], jnp.int32))
+    np.testing.assert_allclose(np.asarray(per_step, np.float64), [2.0 * n**3, 2.0 * n**3], rtol=1e-6)
+
+
+def test_game_state_is_a_plain_jax_pytree():
+    g = _graph("HumanHeartDipole")
+    state = engine.encode(g)
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    assert len(leaves) == 9 and all(isinstance(x, jax.Array) for x in leaves)
+    assert jax.tree_util.tree_unflatten(treedef, leaves).edges is leaves[0]
+    partial = state.replace(compose=None, join=None)  # how search keeps tables out of the tree
+    assert len(jax.tree_util.tree_leaves(partial)) == 7 and partial.edges is state.edges
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.edges = None
+    batch = jax.tree.map(lambda *x: jnp.stack(x), state, state)
+    v = jnp.asarray([g.intermediates[0], g.intermediates[1]], jnp.int32)
+    new, mults = jax.jit(jax.vmap(engine.eliminate))(batch, v)
+    assert isinstance(new, engine.GameState) and new.edges.shape == (2,) + state.edges.shape
+    for k in range(2):
+        one, m = engine.eliminate(state, v[k])
+        assert float(mults[k]) == float(m) and (np.asarray(new.edges[k]) == np.asarray(one.edges)).all()
+
+
+def test_tracing_scoring_and_the_engine_load_no_flax_optax_mctx_or_hub():
+    code = """
+import sys
+import jax, jax.numpy as jnp
+import alphagrad
+from alphagrad import baselines, engine, evaluator, graph, interpreter, rules
+f = lambda x, W: jnp.tanh(W @ x).sum()
+g = alphagrad.trace(f, jnp.ones(3), jnp.ones((4, 3)))
+alphagrad.cost(g, "markowitz")
+baselines.anneal(g, iterations=10)
+state = jax.tree.map(lambda *x: jnp.stack(x), *[engine.encode(g)] * 2)
+jax.jit(jax.vmap(engine.eliminate))(state, jnp.asarray(g.intermediates[:2]))
+alphagrad.jacobian(f, "rev")(jnp.ones(3), jnp.ones((4, 3)))
+print(sorted(m for m in ("flax", "optax", "mctx", "huggingface_hub") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
