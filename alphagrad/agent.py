@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import numbers
 import os
 import time
 import warnings
@@ -26,14 +28,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import hub
-from alphagrad import baselines, engine, search
+from alphagrad import baselines, engine, hub, search
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
 from alphagrad.network import NUM_FEATURES, NetworkConfig, PolicyValueNet, loss
 
 #: The model shipped inside the package (``alphagrad.from_pretrained()``).
 BUNDLED_MODEL = os.path.join(os.path.dirname(__file__), "pretrained")
+
+#: The largest ``max_vertices`` and ``max_structures`` a model config may declare. A game
+#: state holds ``[V, V]`` arrays and the network attends over all vertex pairs, the rule
+#: tables are ``[S, S]``: at 16384 one state's edge array alone is 1 GiB.
+CONFIG_SIZE_LIMIT = 16384
+#: A seed is a non-negative integer below this (``jax.random.key`` keeps 32 bits of it:
+#: larger seeds would repeat smaller ones).
+SEED_LIMIT = 2**32
 
 
 def model_config(network: NetworkConfig, max_vertices: int, max_structures: int) -> dict:
@@ -149,9 +158,13 @@ class Agent(hub.AgentHubMixin):
           progress: show a progress bar (seconds of the budget spent, best cost so far).
 
         Raises:
+          TypeError, ValueError: an argument of the wrong kind or out of range (checked
+            before any work): ``budget_s`` must be a finite number > 0 or None,
+            ``simulations`` an integer >= 0 or None, ``seed`` an integer in [0, 2**32).
           alphagrad.engine.GraphTooLargeError: the graph has more vertices than the model
             handles (pass ``fallback="markowitz"`` for a classic order instead).
         """
+        _check_order_args(f, example_args, budget_s, simulations, finetune, seed, fallback, progress)
         graph = f if isinstance(f, Graph) else _trace(f, *example_args)
         simulations = 8 if simulations is None else int(simulations)
         if budget_s is None:
@@ -167,9 +180,7 @@ class Agent(hub.AgentHubMixin):
                     f"alphagrad.baselines.anneal(graph) for local search")
             warnings.warn(f"the graph has {graph.num_vertices} vertices, more than the model's limit of "
                           f"{self.max_vertices}: returning the Markowitz order", stacklevel=2)
-        elif fallback not in (None, "markowitz"):
-            raise ValueError(f"fallback must be None or 'markowitz', got {fallback!r}")
-        result = _Search(self, graph, simulations, seed, progress).run(budget_s, finetune)
+        result = _Search(self, graph, simulations, int(seed), bool(progress)).run(float(budget_s), bool(finetune))
         self._cache[key] = result
         return result
 
@@ -191,20 +202,88 @@ def _trace(f, *args) -> Graph:
     return trace(f, *args)
 
 
+_CONFIG_KEYS = ("network", "max_vertices", "max_structures", "convention")
+_NETWORK_KEYS = tuple(f.name for f in dataclasses.fields(NetworkConfig))
+
+
+def _config_error(problem: str) -> hub.NotAnAlphagradModelError:
+    return hub.NotAnAlphagradModelError(
+        f"the model config is not one this alphagrad reads: {problem}. A config holds 'network' "
+        f"({', '.join(_NETWORK_KEYS)}: positive integers, dim a multiple of heads), 'max_vertices' and "
+        f"'max_structures' (integers from 1 to {CONFIG_SIZE_LIMIT}) and optionally 'convention' ('exact'), as "
+        "`alphagrad.agent.model_config` writes it. Re-export the model, or upgrade alphagrad "
+        "(`pip install -U alphagrad`) if a newer version saved it")
+
+
+def _config_int(value, name: str, low: int, high: int | None) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise _config_error(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise _config_error(f"{name} must be {bound}, got {value}")
+    return int(value)
+
+
 def _check_config(config: dict) -> dict:
-    try:
-        net = dict(config["network"])
-        NetworkConfig(**net)
-        out = {"network": net, "max_vertices": int(config["max_vertices"]),
-               "max_structures": int(config["max_structures"]), "convention": config.get("convention", "exact")}
-    except (KeyError, TypeError, ValueError) as e:
-        raise hub.NotAnAlphagradModelError(
-            f"the model config is not one this alphagrad reads ({type(e).__name__}: {e}); it needs "
-            f"'network' (dim, heads, layers), 'max_vertices' and 'max_structures'; upgrade alphagrad "
-            f"(`pip install -U alphagrad`) or re-export the model") from None
-    if out["convention"] != "exact":
-        raise hub.NotAnAlphagradModelError(f"unsupported cost convention {out['convention']!r} in the config")
-    return out
+    """The config with every key and value checked (types, ranges), or a
+    :class:`~alphagrad.hub.NotAnAlphagradModelError` saying what is wrong."""
+    if not isinstance(config, dict):
+        raise _config_error(f"it is a {type(config).__name__}, not a dict")
+    missing = [k for k in _CONFIG_KEYS[:3] if k not in config]
+    unknown = sorted(str(k) for k in config if k not in _CONFIG_KEYS)
+    if missing or unknown:
+        raise _config_error("; ".join(([f"missing {missing}"] if missing else [])
+                                      + ([f"unknown keys {unknown}"] if unknown else [])))
+    net = config["network"]
+    if not isinstance(net, dict):
+        raise _config_error(f"'network' must be a dict, got {net!r}")
+    missing = [k for k in _NETWORK_KEYS if k not in net]
+    unknown = sorted(str(k) for k in net if k not in _NETWORK_KEYS)
+    if missing or unknown:
+        raise _config_error("; ".join(([f"network is missing {missing}"] if missing else [])
+                                      + ([f"network has unknown keys {unknown}"] if unknown else [])))
+    net = {k: _config_int(net[k], f"network.{k}", 1, None) for k in _NETWORK_KEYS}
+    if net["dim"] % net["heads"]:
+        raise _config_error(f"network.dim ({net['dim']}) must be a multiple of network.heads ({net['heads']})")
+    convention = config.get("convention", "exact")
+    if convention != "exact":
+        raise _config_error(f"convention must be 'exact' (the cost model the agent plays), got {convention!r}")
+    return {"network": net,
+            "max_vertices": _config_int(config["max_vertices"], "max_vertices", 1, CONFIG_SIZE_LIMIT),
+            "max_structures": _config_int(config["max_structures"], "max_structures", 1, CONFIG_SIZE_LIMIT),
+            "convention": convention}
+
+
+def _check_order_args(f, example_args, budget_s, simulations, finetune, seed, fallback, progress):
+    """Every argument of :meth:`Agent.order`, checked before any work (TypeError for a wrong
+    kind of value, ValueError for a value out of range)."""
+    if isinstance(f, Graph):
+        if example_args:
+            raise TypeError(f"order(graph, ...) takes no example arguments (the graph is already traced); "
+                            f"got {len(example_args)}")
+    elif not callable(f):
+        raise TypeError(f"f must be a JAX function (with its example arguments) or a traced alphagrad Graph, "
+                        f"not {type(f).__name__}")
+    if budget_s is not None:
+        if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real):
+            raise TypeError(f"budget_s must be a number of seconds or None, not {type(budget_s).__name__}")
+        if not (math.isfinite(budget_s) and budget_s > 0):
+            raise ValueError(f"budget_s must be a finite number of seconds > 0 (or None: 10 s with fine-tuning, "
+                             f"5 s without), got {budget_s!r}")
+    if simulations is not None:
+        if isinstance(simulations, bool) or not isinstance(simulations, numbers.Integral):
+            raise TypeError(f"simulations must be an integer or None, not {type(simulations).__name__}")
+        if simulations < 0:
+            raise ValueError(f"simulations must be >= 0 (0: no tree search; None: 8), got {simulations}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer, not {type(seed).__name__}")
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"seed must be an integer from 0 to 2**32 - 1 (jax.random.key keeps 32 bits), got {seed}")
+    for name, value in (("finetune", finetune), ("progress", progress)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False, not {value!r}")
+    if fallback not in (None, "markowitz"):
+        raise ValueError(f"fallback must be None or 'markowitz', got {fallback!r}")
 
 
 #: Fine-tuning's optimiser (one object, so its compiled update is reused across calls).

@@ -1,19 +1,24 @@
-"""The pretrained agent: orders, results, caching, limits, loading, the CLI."""
+"""The pretrained agent: orders, results, caching, limits, argument and config checks,
+loading, and the ``python -m hub`` tool (which loads agents)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 
 import alphagrad as ag
-import hub
-from alphagrad import engine
-from alphagrad.agent import Agent, OrderResult, _dummy_input, model_config
+from alphagrad import engine, hub
+from alphagrad.agent import CONFIG_SIZE_LIMIT, Agent, OrderResult, _dummy_input, model_config
+from alphagrad.card import is_model_card
 from alphagrad.network import NetworkConfig, PolicyValueNet
 from test_baselines import small_scalar
 
@@ -50,7 +55,7 @@ def test_order_is_valid_never_worse_than_the_baselines_and_cached(agent, graph):
 
 
 def test_a_spent_budget_still_plays_the_network_once_and_starts_nothing_more(agent, graph):
-    r = agent.order(graph, budget_s=0.0, seed=1, progress=False)  # fine-tuning on, but no time for it
+    r = agent.order(graph, budget_s=1e-6, seed=1, progress=False)  # fine-tuning on, but no time for it
     assert r.cost == r.zero_shot_cost
     assert r.method in ("forward", "reverse", "markowitz", "zero-shot greedy", "zero-shot sampled")
     assert sorted(r.order) == sorted(graph.intermediates)
@@ -106,18 +111,137 @@ def test_bundled_model_loads_offline_and_gives_an_order(graph, monkeypatch):
     assert r.cost <= r.best_baseline
 
 
-def test_cli_order_prints_costs(tmp_path, capsys):
-    from alphagrad import cli
+# ------------------------------------------------------------------- arguments at the door
 
-    src = tmp_path / "f.py"
-    src.write_text("import jax.numpy as jnp\n\ndef f(x, y):\n    return jnp.sin(x @ y) * jnp.tanh(x).sum()\n")
-    model = tmp_path / "model"
-    tiny_agent().save_pretrained(model)
-    assert cli.main(["order", f"{src}:f", "--args", "f32[3,4] f32[4]", "--model", str(model),
-                     "--budget", "0.5", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out.splitlines()[-1])
-    g = ag.trace(lambda x, y: jnp.sin(x @ y) * jnp.tanh(x).sum(), jnp.ones((3, 4)), jnp.ones(4))
-    assert out["cost"] == ag.cost(g, out["order"])
-    assert cli.main(["order", f"{src}:g", "--args", "f32[3]"]) == 2
-    assert cli.main(["order", f"{src}:f", "--args", "float[3]"]) == 2
-    assert "dtype[shape]" in capsys.readouterr().err
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"budget_s": -1.0}, ValueError, "budget_s must be a finite number of seconds > 0"),
+    ({"budget_s": 0}, ValueError, "budget_s must be a finite number of seconds > 0"),
+    ({"budget_s": math.nan}, ValueError, r"got nan"),
+    ({"budget_s": math.inf}, ValueError, r"got inf"),
+    ({"budget_s": "10"}, TypeError, "budget_s must be a number of seconds or None, not str"),
+    ({"budget_s": True}, TypeError, "not bool"),
+    ({"simulations": -1}, ValueError, "simulations must be >= 0"),
+    ({"simulations": 2.5}, TypeError, "simulations must be an integer or None, not float"),
+    ({"seed": -1}, ValueError, r"seed must be an integer from 0 to 2\*\*32 - 1"),
+    ({"seed": 2**32}, ValueError, "jax.random.key keeps 32 bits"),
+    ({"seed": 1.0}, TypeError, "seed must be an integer, not float"),
+    ({"seed": None}, TypeError, "seed must be an integer, not NoneType"),
+    ({"finetune": "no"}, TypeError, "finetune must be True or False"),
+    ({"fallback": "anneal"}, ValueError, "fallback must be None or 'markowitz'"),
+])
+def test_order_checks_its_arguments_before_any_work(agent, graph, monkeypatch, kwargs, error, match):
+    def no_search(*args, **kw):
+        raise AssertionError("the search started")
+    monkeypatch.setattr("alphagrad.agent._Search", no_search)
+    with pytest.raises(error, match=match):
+        agent.order(graph, progress=False, **kwargs)
+
+
+def test_order_checks_what_it_is_given(agent, graph):
+    with pytest.raises(TypeError, match="takes no example arguments"):
+        agent.order(graph, jnp.ones(3), progress=False)
+    with pytest.raises(TypeError, match="must be a JAX function .* not int"):
+        agent.order(3, progress=False)
+    r = agent.order(graph, budget_s=np.float64(0.2), simulations=np.int64(0), seed=np.uint32(7), progress=False)
+    assert sorted(r.order) == sorted(graph.intermediates)  # numpy scalars are numbers too
+
+
+# ------------------------------------------------------------------------ model configs
+
+
+def _saved(agent, path, **config_changes):
+    agent.save_pretrained(path)
+    cfg = json.loads((path / "config.json").read_text())
+    for key, value in config_changes.items():
+        node = cfg
+        *parents, leaf = key.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"max_vertices": "1024"}, r"max_vertices must be an integer, got '1024' \(str\)"),
+    ({"max_vertices": 1024.0}, r"max_vertices must be an integer, got 1024.0 \(float\)"),
+    ({"max_vertices": True}, r"max_vertices must be an integer, got True \(bool\)"),
+    ({"max_vertices": -5}, f"max_vertices must be from 1 to {CONFIG_SIZE_LIMIT}, got -5"),
+    ({"max_vertices": 0}, "max_vertices must be from 1 to"),
+    ({"max_vertices": 10**12}, f"max_vertices must be from 1 to {CONFIG_SIZE_LIMIT}, got 1000000000000"),
+    ({"max_structures": 10**9}, "max_structures must be from 1 to"),
+    ({"network__dim": "16"}, "network.dim must be an integer, got '16'"),
+    ({"network__heads": 3}, r"network.dim \(16\) must be a multiple of network.heads \(3\)"),
+    ({"network__layers": 0}, "network.layers must be >= 1"),
+    ({"network__width": 3}, r"network has unknown keys \['width'\]"),
+    ({"network": [16, 2, 1]}, "'network' must be a dict"),
+    ({"max_vertex": 64}, r"unknown keys \['max_vertex'\]"),
+    ({"convention": "published"}, "convention must be 'exact'"),
+])
+def test_bad_model_configs_are_refused_with_the_reason(agent, tmp_path, changes, match):
+    path = _saved(agent, tmp_path / "m", **changes)
+    with pytest.raises(hub.NotAnAlphagradModelError, match=match) as info:
+        ag.from_pretrained(str(path))
+    assert "as `alphagrad.agent.model_config` writes it" in str(info.value)
+
+
+def test_nan_weights_are_refused_through_from_pretrained(agent, tmp_path):
+    agent.save_pretrained(tmp_path / "m")
+    flat = safetensors.numpy.load_file(tmp_path / "m" / "model.safetensors")
+    name = sorted(flat)[0]
+    flat[name] = flat[name].copy()
+    flat[name].flat[0] = np.nan
+    meta = {"format": "np", "model_type": hub.MODEL_TYPE, "format_version": str(hub.FORMAT_VERSION)}
+    (tmp_path / "m" / "model.safetensors").write_bytes(safetensors.numpy.save(flat, metadata=meta))
+    with pytest.raises(hub.NotAnAlphagradModelError, match=f"NaN or infinite weights \\({name}: 1 of"):
+        ag.from_pretrained(str(tmp_path / "m"))
+
+
+def test_save_pretrained_keeps_a_users_readme(agent, tmp_path):
+    (tmp_path / "README.md").write_text("# my project\n")
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        agent.save_pretrained(tmp_path)
+    assert os.listdir(tmp_path) == ["README.md"]
+    agent.save_pretrained(tmp_path, overwrite=True)
+    assert is_model_card((tmp_path / "README.md").read_text())
+
+
+# ------------------------------------------------------------------ the python -m hub tool
+
+
+def test_hub_tool_checks_and_dry_run_pushes_a_saved_model(agent, tmp_path, capsys):
+    from hub.__main__ import main
+
+    model = tmp_path / "m"
+    agent.save_pretrained(model)
+    assert main(["check", str(model)]) == 0
+    out = capsys.readouterr().out
+    assert "an alphagrad model" in out and '"max_vertices": 1024' in out
+
+    assert main(["push", str(model), "--repo-id", "org/name", "--dry-run", str(tmp_path / "dry")]) == 0
+    assert "nothing was uploaded" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in (tmp_path / "dry").iterdir()} == \
+        {p.name: p.read_bytes() for p in model.iterdir()}
+
+    # weights that do not fit the config's network are caught before anything is written
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["network"]["dim"] = 32
+    (model / "config.json").write_text(json.dumps(cfg))
+    assert main(["push", str(model), "--repo-id", "org/name", "--dry-run", str(tmp_path / "dry2")]) == 2
+    assert "do not match the config" in capsys.readouterr().err
+    assert not (tmp_path / "dry2").exists()
+    assert main(["push", str(tmp_path / "missing"), "--repo-id", "org/name", "--dry-run", str(tmp_path / "x")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "missing")]) == 2
+
+
+def test_hub_tool_runs_from_the_repository_root(agent, tmp_path):
+    model = tmp_path / "m"
+    agent.save_pretrained(model)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "hub", "push", str(model), "--repo-id", "org/name",
+                           "--dry-run", str(tmp_path / "dry")], cwd=root, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(tmp_path / "dry")) == ["README.md", "config.json", "model.safetensors"]

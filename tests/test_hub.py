@@ -1,9 +1,10 @@
-"""hub/: saving, loading (local directories and the Hugging Face cache, offline), error
-messages, push_to_hub's dry run and the model card. No test touches the network: Hub
-access is either offline mode or a monkeypatched function."""
+"""alphagrad.hub and alphagrad.card: saving, loading (local directories and the Hugging Face
+cache, offline), error messages, push_to_hub's dry run, push_folder and the model card. No
+test touches the network: Hub access is either offline mode or a monkeypatched function."""
 
 import json
 import os
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,8 +21,9 @@ from huggingface_hub.errors import (
 )
 from safetensors import safe_open
 
-import hub
-from hub import (
+from alphagrad import hub
+from alphagrad.card import is_model_card
+from alphagrad.hub import (
     CARD_NAME,
     CONFIG_NAME,
     FILE_NAMES,
@@ -36,6 +38,7 @@ from hub import (
     check_shapes,
     load_files,
     model_card,
+    push_folder,
     save_files,
 )
 
@@ -376,3 +379,155 @@ def test_model_card():
         model_card({"dim": 4}, {"evaluaton": EVALUATION})
     with pytest.raises(ValueError, match="flat"):
         model_card({"dim": 4}, {"training": {"optimizer": {"lr": 1}}})
+
+
+def test_is_model_card():
+    card = model_card({"dim": 4}, {"training": TRAINING})
+    assert is_model_card(card)
+    assert is_model_card(card.replace("No evaluation recorded.", "| task | cost |\n| --- | --- |"))  # edited
+    assert not is_model_card("# My project\n\nlibrary_name: alphagrad\n")
+    assert not is_model_card("---\nlibrary_name: transformers\n---\n# alphagrad policy-value network\n")
+    assert not is_model_card("---\nlibrary_name: alphagrad\n---\n# Something else\n")
+    assert not is_model_card(card.replace("\n---\n", "\n", 1))  # no end to the front matter
+
+
+# -------------------------------------------------------------- what saving may replace
+
+
+def test_save_never_replaces_a_users_readme(tmp_path):
+    agent = make_dummy()
+    target = tmp_path / "project"
+    target.mkdir()
+    (target / "README.md").write_text("# My project\n\nNotes I care about.\n")
+    (target / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match=r"README.md \(not an alphagrad model card\).*overwrite=True"):
+        agent.save_pretrained(target)
+    assert sorted(os.listdir(target)) == ["README.md", "notes.txt"]  # nothing written
+    assert (target / "README.md").read_text() == "# My project\n\nNotes I care about.\n"
+
+    agent.save_pretrained(target, overwrite=True)
+    assert (target / "README.md").read_text() == agent._hub_payload()[2]
+    assert (target / "notes.txt").read_text() == "mine"  # other files are left alone
+    assert_same(agent, Dummy.from_pretrained(target))
+
+    # a model alphagrad saved before (its card possibly edited) is replaced without asking
+    (target / "README.md").write_text(agent._hub_payload()[2] + "\nMy own note.\n")
+    make_dummy(5).save_pretrained(target)
+    assert Dummy.from_pretrained(target).config == {"dim": 5}
+
+
+@pytest.mark.parametrize("name, content, why", [
+    (CONFIG_NAME, json.dumps({"model_type": "bert", "hidden_size": 8}), "model_type is not"),
+    (CONFIG_NAME, "not json", "unreadable"),
+    (WEIGHTS_NAME, None, "not alphagrad weights"),
+])
+def test_save_never_replaces_another_models_files(tmp_path, name, content, why):
+    target = tmp_path / "other"
+    target.mkdir()
+    if content is None:
+        (target / name).write_bytes(safetensors.numpy.save({"w": np.ones(2, np.float32)}))
+    else:
+        (target / name).write_text(content)
+    before = file_bytes(target)
+    with pytest.raises(FileExistsError, match=why):
+        save_files(target, {"dim": 4}, make_dummy().params, "card")
+    assert file_bytes(target) == before
+    assert save_files(target, {"dim": 4}, make_dummy().params, "card", overwrite=True) == list(FILE_NAMES)
+
+
+def test_save_into_a_file_or_with_non_finite_params(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        make_dummy().save_pretrained(tmp_path / "f")
+    params = make_dummy().params
+    params["params"]["Dense_0"]["bias"][1] = np.nan
+    with pytest.raises(ValueError, match=r"NaN or infinite values \(params/Dense_0/bias: 1 of 4\)"):
+        save_files(tmp_path / "nan", {"dim": 4}, params, "card")
+    assert not (tmp_path / "nan").exists()
+
+
+# ------------------------------------------------------------- what loading accepts
+
+
+def _write_weights(directory, tensors):
+    """Replace a saved model's weights with `tensors` (flat names), keeping alphagrad's metadata."""
+    meta = {"format": "np", "model_type": MODEL_TYPE, "format_version": str(FORMAT_VERSION)}
+    (directory / WEIGHTS_NAME).write_bytes(safetensors.numpy.save(tensors, metadata=meta))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_weights_are_refused(tmp_path, value):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path)
+    kernel = agent.params["params"]["Dense_0"]["kernel"].copy()
+    kernel[2, 3] = value
+    _write_weights(tmp_path, {"params/Dense_0/kernel": kernel, "params/Dense_0/bias": np.zeros(4, np.float32)})
+    with pytest.raises(NotAnAlphagradModelError, match=r"NaN or infinite weights \(params/Dense_0/kernel: 1 of 12\)"):
+        Dummy.from_pretrained(tmp_path)
+
+
+def test_float16_weights_are_upcast_with_a_warning_and_other_dtypes_refused(tmp_path):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path)
+    half = {k: v.astype(np.float16) for k, v in agent.params["params"]["Dense_0"].items()}
+    _write_weights(tmp_path, {f"params/Dense_0/{k}": v for k, v in half.items()})
+    with pytest.warns(UserWarning, match="2 of 2 weight tensors are float16.*upcast to float32"):
+        loaded = Dummy.from_pretrained(tmp_path)
+    for k, v in half.items():
+        got = loaded.params["params"]["Dense_0"][k]
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, v.astype(np.float32))  # exact: every float16 is a float32
+
+    _write_weights(tmp_path, {"params/Dense_0/kernel": agent.params["params"]["Dense_0"]["kernel"].astype(np.float64),
+                              "params/Dense_0/bias": np.zeros(4, np.int32)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(NotAnAlphagradModelError, match="not float32.*bias: int32.*kernel: float64.*store float32"):
+            Dummy.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------- push_folder
+
+
+def test_push_folder_dry_run_and_upload(tmp_path, monkeypatch, no_network):
+    agent = make_dummy()
+    saved = tmp_path / "saved"
+    agent.save_pretrained(saved)
+    (saved / "notes.txt").write_text("not uploaded")
+    out = push_folder(saved, "org/name", dry_run=tmp_path / "dry")
+    assert out == str(tmp_path / "dry")
+    assert file_bytes(out) == {k: v for k, v in file_bytes(saved).items() if k != "notes.txt"}
+    with pytest.raises(ValueError, match="the model directory itself"):
+        push_folder(saved, "org/name", dry_run=saved)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "README.md").write_text("# mine\n")
+    with pytest.raises(FileExistsError, match="README.md"):
+        push_folder(saved, "org/name", dry_run=tmp_path / "busy")
+    assert (tmp_path / "busy" / "README.md").read_text() == "# mine\n"
+
+    calls = {}
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, repo_id, **kw: SimpleNamespace(repo_id=repo_id))
+
+    def upload_folder(self, **kwargs):
+        calls.update(kwargs, uploaded=file_bytes(kwargs["folder_path"]))
+        return "https://huggingface.co/org/name/commit/abc"
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    assert push_folder(saved, "org/name", commit_message="v1") == "https://huggingface.co/org/name/commit/abc"
+    assert calls["uploaded"] == file_bytes(out) and calls["commit_message"] == "v1"
+
+
+def test_push_folder_refuses_what_is_not_a_complete_model(tmp_path, no_network):
+    saved = tmp_path / "saved"
+    make_dummy().save_pretrained(saved)
+    (saved / CARD_NAME).write_text("# my notes\n")
+    with pytest.raises(NotAnAlphagradModelError, match="not an alphagrad model card"):
+        push_folder(saved, "org/name", dry_run=True)
+    (saved / CARD_NAME).unlink()
+    with pytest.raises(NotAnAlphagradModelError, match="has no README.md"):
+        push_folder(saved, "org/name", dry_run=True)
+    (saved / CONFIG_NAME).unlink()
+    with pytest.raises(NotAnAlphagradModelError, match="has no config.json"):
+        push_folder(saved, "org/name", dry_run=True)
+    with pytest.raises(ModelNotFoundError, match="not a directory"):
+        push_folder(tmp_path / "missing", "org/name", dry_run=True)
+    assert not list(tmp_path.glob("**/alphagrad-push-*"))

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-import hub
+from alphagrad import hub
 
 
 def validation_curve(rows: list[dict]) -> str:

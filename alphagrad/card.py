@@ -2,6 +2,8 @@
 
 `model_card(config, info)` is a pure function of its arguments: the same config and info
 give the same text, byte for byte, so re-saving an unchanged model does not change its card.
+`is_model_card(text)` tells whether a README.md is such a card (so that saving a model
+never overwrites a README.md that alphagrad did not write).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Mapping
 
 TAGS = ("jax", "flax", "automatic-differentiation", "jacobian", "vertex-elimination", "alphazero")
 INFO_KEYS = ("repo_id", "training", "evaluation")
+TITLE = "# alphagrad policy-value network"
 
 
 def _cell(value) -> str:
@@ -59,7 +62,7 @@ def model_card(config: dict, info: dict | None = None) -> str:
         "training": a flat dict, rendered as a key | value table;
         "evaluation": a markdown string, inserted verbatim.
     """
-    from . import _config_text  # late: hub/__init__.py imports this module
+    from alphagrad.hub import config_text  # late: alphagrad.hub imports this module
 
     info = {} if info is None else info
     if not isinstance(info, Mapping):
@@ -78,7 +81,7 @@ def model_card(config: dict, info: dict | None = None) -> str:
         *(f"- {tag}" for tag in TAGS),
         "---",
         "",
-        "# alphagrad policy-value network",
+        TITLE,
         "",
         ("The pretrained network of **alphagrad**, a library that "
          "computes Jacobians of JAX functions by cross-country vertex elimination. It is one "
@@ -112,7 +115,20 @@ def model_card(config: dict, info: dict | None = None) -> str:
         "## Configuration",
         "",
         "```json",
-        _config_text(config).rstrip("\n"),
+        config_text(config).rstrip("\n"),
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def is_model_card(text: str) -> bool:
+    """Whether ``text`` is a model card written by :func:`model_card` (possibly edited
+    since, e.g. with evaluation results): YAML front matter declaring
+    ``library_name: alphagrad`` and the card's title line."""
+    if not isinstance(text, str) or not text.startswith("---\n"):
+        return False
+    end = text.find("\n---\n", 3)
+    if end < 0:
+        return False
+    front, body = text[4:end].splitlines(), text[end + 5:].splitlines()
+    return "library_name: alphagrad" in front and TITLE in body

@@ -1,0 +1,226 @@
+"""The ``alphagrad`` command line: ``order`` (JSON on stdout only, one-line errors with exit
+status 2 for every wrong input) and ``demo`` (exit status 1 when its Jacobian check fails)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import alphagrad as ag
+from alphagrad import cli
+from alphagrad.agent import Agent, _dummy_input, model_config
+from alphagrad.network import NetworkConfig, PolicyValueNet
+
+SOURCE = """\
+import jax.numpy as jnp
+
+print("imported f.py")  # with --json this must not reach stdout
+
+
+def f(x, y):
+    return jnp.sin(x @ y) * jnp.tanh(x).sum()
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    config = NetworkConfig(dim=16, heads=2, layers=1)
+    params = PolicyValueNet(config).init(jax.random.key(0), *_dummy_input())
+    path = tmp_path_factory.mktemp("cli") / "model"
+    Agent(model_config(config, 1024, 1024), params).save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture
+def src(tmp_path):
+    path = tmp_path / "f.py"
+    path.write_text(SOURCE)
+    return str(path)
+
+
+def run_cli(argv, capsys):
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_order_json_is_the_only_thing_on_stdout(src, model):
+    proc = subprocess.run([sys.executable, "-m", "alphagrad", "order", f"{src}:f", "--args", "f32[3,4] f32[4]",
+                           "--model", model, "--budget", "0.2", "--no-finetune", "--simulations", "0", "--json"],
+                          capture_output=True, text=True, timeout=300,
+                          # as conftest.py does in this process: compile fast, results are the same
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"})
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)  # the whole of stdout
+    assert "imported f.py" in proc.stderr and "model:" in proc.stderr
+    g = ag.trace(lambda x, y: jnp.sin(x @ y) * jnp.tanh(x).sum(), jnp.ones((3, 4)), jnp.ones(4))
+    assert sorted(result["order"]) == sorted(g.intermediates)
+    assert result["cost"] == ag.cost(g, result["order"]) <= min(result["baselines"].values())
+    assert result["fingerprint"] == g.fingerprint
+    assert set(result) >= {"savings", "method", "zero_shot_cost", "seconds", "compile_seconds"}
+
+
+def test_order_without_json_prints_the_result(src, model, capsys):
+    code, out, err = run_cli(["order", f"{src}:f", "--args", "f32[3,4] f32[4]", "--model", model,
+                              "--budget", "0.2", "--no-finetune", "--simulations", "0"], capsys)
+    assert code == 0, err
+    assert "savings vs the best baseline" in out and "model:" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    ("f32[3,4]", r"f\(x, y\) takes 2 positional argument\(s\), but --args 'f32\[3,4\]' gives 1"),
+    ("f32[3,4] f32[4] f32[]", "takes 2 positional argument.* gives 3"),
+    ("f32[3,4] f32[3]", r"calling f on --args 'f32\[3,4\] f32\[3\]' raised TypeError: dot_general .*check that "
+                        r"--args gives the shapes and dtypes f expects"),
+    ("", "--args is empty: give one dtype"),
+    ("   ", "--args is empty"),
+    ("float[3] f32[4]", r"cannot read argument 'float\[3\]'.*dtype\[shape\]"),
+    ("f32[3,] f32[4]", r"cannot read the shape of 'f32\[3,\]'"),
+    ("f64[3,4] f32[4]", "float64 needs 64-bit JAX; set JAX_ENABLE_X64=1"),
+])
+def test_order_argument_errors_are_one_line_with_status_2(src, capsys, args, message):
+    code, out, err = run_cli(["order", f"{src}:f", "--args", args, "--model", "/nonexistent"], capsys)
+    assert code == 2
+    assert err.startswith("alphagrad order: error: ") and err.count("\n") == 1, err
+    assert re.search(message, err), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("body, message", [
+    ("import math\n\nx = 1 / 0\n", r"importing .*bad.py raised ZeroDivisionError: division by zero "
+                                   r"\(line 3: `x = 1 / 0`\)"),
+    ("def f(x:\n    return x\n", "bad.py has a syntax error at line 1"),
+    ("import not_a_module_anywhere\n", "raised ModuleNotFoundError: No module named 'not_a_module_anywhere'"),
+    ("import sys\nsys.exit(3)\n", "raised SystemExit: 3"),
+    ("f = 3\n", "bad.py: f is a int, not a function"),
+    ("def g(x):\n    return x\n", "bad.py has no function 'f'; it defines g"),
+])
+def test_order_file_errors(tmp_path, capsys, body, message):
+    (tmp_path / "bad.py").write_text(body)
+    code, _, err = run_cli(["order", f"{tmp_path / 'bad.py'}:f", "--args", "f32[3]"], capsys)
+    assert code == 2 and re.search(message, err), err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_order_target_and_model_errors(src, tmp_path, capsys):
+    code, _, err = run_cli(["order", str(tmp_path / "missing.py") + ":f", "--args", "f32[3]"], capsys)
+    assert code == 2 and "no such file" in err
+    code, _, err = run_cli(["order", "f.py", "--args", "f32[3]"], capsys)
+    assert code == 2 and "expected path/to/file.py:function" in err
+    code, _, err = run_cli(["order", f"{src}:f", "--args", "f32[3,4] f32[4]", "--model", str(tmp_path / "none")],
+                           capsys)
+    assert code == 2 and "cannot load the model" in err and "does not exist" in err
+
+
+def test_a_file_can_import_its_neighbours_and_define_dataclasses(tmp_path, model, capsys):
+    (tmp_path / "helpers.py").write_text("import jax.numpy as jnp\n\ndef act(x):\n    return jnp.tanh(x)\n")
+    (tmp_path / "g.py").write_text(
+        "from __future__ import annotations\nimport dataclasses\nfrom helpers import act\n\n"
+        "@dataclasses.dataclass\nclass P:\n    a: float = 2.0\n\ndef g(x):\n    return act(P().a * x).sum()\n")
+    code, out, err = run_cli(["order", f"{tmp_path / 'g.py'}:g", "--args", "f32[3]", "--model", model,
+                              "--budget", "0.2", "--no-finetune", "--simulations", "0", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["cost"] >= 0
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--budget", "nan", "must be a finite number of seconds > 0, got 'nan'"),
+    ("--budget", "-1", "must be a finite number of seconds > 0, got '-1'"),
+    ("--budget", "0", "must be a finite number of seconds > 0"),
+    ("--budget", "inf", "must be a finite number of seconds > 0"),
+    ("--budget", "ten", "expected a number of seconds, got 'ten'"),
+    ("--simulations", "-2", "must be >= 0"),
+    ("--seed", "-1", "must be >= 0"),
+    ("--seed", str(2**32), "must be below 2\\*\\*32"),
+])
+def test_order_option_errors_exit_2(src, capsys, option, value, message):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["order", f"{src}:f", "--args", "f32[3,4] f32[4]", option, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(f"argument {option}: {message}", err), err
+
+
+@pytest.mark.parametrize("option, value", [("--budget", "nan"), ("--budget", "-1"), ("--anneal", "-3")])
+def test_demo_option_errors_exit_2(capsys, option, value):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["demo", option, value])
+    assert info.value.code == 2
+    assert f"argument {option}: must be a finite number of seconds >= 0 (0: skip)" in capsys.readouterr().err
+
+
+def test_demo_unknown_example_lists_the_names(capsys):
+    code, _, err = run_cli(["demo", "--example", "Nope"], capsys)
+    assert code == 2
+    assert "no example named 'Nope'; the examples are: RoeFlux_1d, RoeFlux_3d" in err and "LennardJones_5" in err
+    assert err.count("\n") == 1
+
+
+DEMO = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0"]
+
+
+def test_demo_checks_the_jacobian_and_passes(capsys):
+    code, out, err = run_cli(DEMO, capsys)
+    assert code == 0, err
+    assert "Jacobian in the cheapest order above" in out and "vs jax.jacrev" in out
+
+
+def test_demo_fails_when_the_jacobian_is_wrong(monkeypatch, capsys):
+    real = ag.jacobian
+
+    def off_by_a_little(f, order="rev", argnums=0, **kw):
+        jac = real(f, order, argnums=argnums, **kw)
+        return lambda *a: jax.tree_util.tree_map(lambda x: x.at[(0,) * x.ndim].add(1e-2), jac(*a))
+    monkeypatch.setattr(ag, "jacobian", off_by_a_little)
+    code, out, err = run_cli(DEMO, capsys)
+    assert code == 1
+    assert "differs from jax.jacrev beyond the tolerance" in err and "max abs difference 1.00e-02" in err
+
+
+class MarkowitzAgent:
+    """Stands in for a loaded model (the agent itself is tested in test_agent.py): its order
+    is Markowitz's, reversed, so that it differs from the table's cheapest."""
+
+    def order(self, graph, budget_s, seed):
+        from alphagrad.agent import OrderResult
+
+        order = list(reversed(ag.baselines.markowitz(graph)))
+        return OrderResult(order=order, cost=ag.cost(graph, order), baselines={"markowitz": 1}, method="test",
+                           zero_shot_cost=0, seconds=0.0, compile_seconds=0.0, history=[],
+                           fingerprint=graph.fingerprint)
+
+
+def test_demo_with_the_model_checks_the_models_order(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_agent", lambda model: MarkowitzAgent())
+    seen = []
+    real = ag.jacobian
+    monkeypatch.setattr(ag, "jacobian", lambda f, order, **kw: seen.append(order) or real(f, order, **kw))
+    argv = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0.2"]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 0, err
+    assert "Jacobian in the model's order (test)" in out
+    assert seen[0].method == "test"  # the model's order is the one checked
+    monkeypatch.setattr(ag, "jacobian", lambda f, order="rev", argnums=0, **kw:
+                        lambda *a: jax.tree_util.tree_map(lambda x: -x, jax.jacrev(f, argnums=argnums)(*a)))
+    code, _, err = run_cli(argv, capsys)
+    assert code == 1 and "the model's order (test)" in err
+
+
+def test_jacobian_error():
+    a = {"x": np.array([[1.0, 2.0], [3.0, np.nan]], np.float32)}
+    assert cli.jacobian_error(a, a) == (0.0, True)  # NaN where jacrev has NaN is equal
+    err, ok = cli.jacobian_error({"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}, a)
+    assert not ok and err == np.inf  # a number where jacrev has NaN is not
+    big = np.full(3, 1e6, np.float32)
+    assert cli.jacobian_error(big + 10.0, big)[1]  # within float32's relative tolerance
+    assert not cli.jacobian_error(big + 1e3, big)[1]
+    assert not cli.jacobian_error(np.ones(3, np.float32), np.ones(4, np.float32))[1]
+    assert not cli.jacobian_error((np.ones(2),), [np.ones(2)])[1]
