@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import numbers
 import os
 import time
@@ -40,9 +39,6 @@ BUNDLED_MODEL = os.path.join(os.path.dirname(__file__), "pretrained")
 #: state holds ``[V, V]`` arrays and the network attends over all vertex pairs, the rule
 #: tables are ``[S, S]``: at 16384 one state's edge array alone is 1 GiB.
 CONFIG_SIZE_LIMIT = 16384
-#: A seed is a non-negative integer below this (``jax.random.key`` keeps 32 bits of it:
-#: larger seeds would repeat smaller ones).
-SEED_LIMIT = 2**32
 
 
 def model_config(network: NetworkConfig, max_vertices: int, max_structures: int) -> dict:
@@ -264,21 +260,10 @@ def _check_order_args(f, example_args, budget_s, simulations, finetune, seed, fa
     elif not callable(f):
         raise TypeError(f"f must be a JAX function (with its example arguments) or a traced alphagrad Graph, "
                         f"not {type(f).__name__}")
-    if budget_s is not None:
-        if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real):
-            raise TypeError(f"budget_s must be a number of seconds or None, not {type(budget_s).__name__}")
-        if not (math.isfinite(budget_s) and budget_s > 0):
-            raise ValueError(f"budget_s must be a finite number of seconds > 0 (or None: 10 s with fine-tuning, "
-                             f"5 s without), got {budget_s!r}")
+    baselines.check_budget(budget_s, "budget_s", allow_none=True)  # the same checks as anneal's
     if simulations is not None:
-        if isinstance(simulations, bool) or not isinstance(simulations, numbers.Integral):
-            raise TypeError(f"simulations must be an integer or None, not {type(simulations).__name__}")
-        if simulations < 0:
-            raise ValueError(f"simulations must be >= 0 (0: no tree search; None: 8), got {simulations}")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer, not {type(seed).__name__}")
-    if not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"seed must be an integer from 0 to 2**32 - 1 (jax.random.key keeps 32 bits), got {seed}")
+        baselines.check_int(simulations, "simulations", 0)
+    baselines.check_seed(seed)
     for name, value in (("finetune", finetune), ("progress", progress)):
         if not isinstance(value, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False, not {value!r}")

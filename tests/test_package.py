@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,6 @@ import pytest
 
 import alphagrad
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def run_python(code: str, cwd, env=None) -> dict:
@@ -65,7 +63,7 @@ def test_only_alphagrad_is_installed(tmp_path):
     assert out == {"alphagrad": True, "hub": False, "train": False, "eval": False, "data_gen": False}
 
 
-HEAVY = ("optax", "mctx", "huggingface_hub")
+HEAVY = ("flax", "optax", "mctx", "huggingface_hub")
 LAZY_CHECK = """
     import json, sys
     import jax.numpy as jnp
@@ -85,28 +83,10 @@ LAZY_CHECK = """
 """
 
 
-@pytest.fixture(scope="module")
-def lazy(tmp_path_factory):
-    return run_python(LAZY_CHECK, cwd=tmp_path_factory.mktemp("lazy"))
-
-
-def test_trace_cost_jacobian_do_not_import_the_agents_stack(lazy):
-    assert not set(HEAVY) & set(lazy["before"]), lazy
-    assert set(HEAVY) <= set(lazy["after"])  # from_pretrained loads them on first use
-
-
-# engine.py still imports flax (for flax.struct.dataclass) while this is written; its owner
-# replaces that with a pure-JAX dataclass. Until then this one check is an expected failure;
-# once engine.py no longer imports flax it must pass (strict: an unexpected pass fails, so
-# remove this marker then).
-_ENGINE_IMPORTS_FLAX = bool(re.search(r"^\s*(import flax|from flax)", (REPO / "alphagrad" / "engine.py").read_text(),
-                                      re.MULTILINE))
-
-
-@pytest.mark.xfail(_ENGINE_IMPORTS_FLAX, reason="alphagrad/engine.py imports flax.struct", strict=True)
-def test_trace_cost_jacobian_do_not_import_flax(lazy):
-    assert "flax" not in lazy["before"], lazy
-    assert "flax" in lazy["after"]
+def test_trace_cost_jacobian_do_not_import_the_agents_stack(tmp_path):
+    out = run_python(LAZY_CHECK, cwd=tmp_path)
+    assert out["before"] == [], out
+    assert out["after"] == sorted(HEAVY)  # from_pretrained loads them on first use
 
 
 def test_lazy_names_are_the_real_ones():
