@@ -17,8 +17,7 @@ import pytest
 import alphagrad
 
 
-
-def run_python(code: str, cwd, env=None) -> dict:
+def run_python(code: str, cwd) -> dict:
     """Run ``python -c code`` in ``cwd`` (which Python puts first on sys.path) and return
     the JSON object it prints last."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # as a user's shell has it
