@@ -460,7 +460,7 @@ def export_model(directory: str, config: TrainConfig, params, info: dict) -> Non
     """Writes the network in the hub format (config.json, model.safetensors, README.md)."""
     from alphagrad.agent import model_config
 
-    import hub
+    from alphagrad import hub
 
     cfg = model_config(config.network, config.max_vertices, config.max_structures)
     params = jax.tree_util.tree_map(np.asarray, jax.device_get(params))
