@@ -5,6 +5,12 @@
                    [--methods optimal,zero-shot,agent,anneal,search] [--no-jacobian-bench]
                    [--train-data DIR ...]
 
+Without ``--data`` it evaluates the examples shipped in the package (``alphagrad.examples``,
+split as ``python -m data_gen build`` splits them: ``heldout``, the default split, is the ten
+published tasks; ``--split train`` or ``validation`` the rest of the zoo) at a 5 s budget
+(a report in about ten minutes on 2 CPU cores), and says so on stderr. With ``--data DIR`` (a
+dataset of ``python -m data_gen build``) the default budgets are 5,30,60.
+
 Evaluates every graph of the split (at most ``--limit`` per family) with forward, reverse,
 Markowitz, the exact optimum (small graphs), the agent zero-shot and fine-tuned at each
 budget, simulated annealing and the network-free search at each budget; re-scores every
@@ -69,16 +75,21 @@ def _extra(text: str) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+#: Default budgets with a dataset, and without one (the package's examples: a short run).
+DATA_BUDGETS, EXAMPLES_BUDGETS = (5.0, 30.0, 60.0), (5.0,)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model directory or Hugging Face repo id (default: the bundled model)")
-    p.add_argument("--data", default="data/train", help="dataset directory of `python -m data_gen build` "
-                                                        "(default: data/train)")
+    p.add_argument("--data", default=None, help="dataset directory of `python -m data_gen build` (default: "
+                   "none: the examples shipped in alphagrad.examples; split heldout = the 10 published tasks)")
     p.add_argument("--split", default="heldout", help="split to evaluate (default: heldout)")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--budgets", type=_floats, default=(5.0, 30.0, 60.0), help="seconds per graph for the "
-                   "fine-tuned agent, annealing and the network-free search (default: 5,30,60)")
+    p.add_argument("--budgets", type=_floats, default=None, help="seconds per graph for the "
+                   "fine-tuned agent, annealing and the network-free search (default: 5,30,60 with --data, "
+                   f"{','.join(f'{b:g}' for b in EXAMPLES_BUDGETS)} without)")
     p.add_argument("--limit", type=int, default=None, help="at most N graphs per family")
     p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split); FAMILY:N evaluates at most N of that family")
     p.add_argument("--seed", type=int, default=0, help="seed of every method (default: 0)")
@@ -108,6 +119,13 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.limit is not None and args.limit < 1:
         parser().error("--limit must be >= 1")
+    if args.budgets is None:
+        args.budgets = DATA_BUDGETS if args.data is not None else EXAMPLES_BUDGETS
+    if args.data is None:
+        print(f"python -m eval: no --data given: evaluating the examples shipped in {R.EXAMPLES_SOURCE}, split "
+              f"{args.split!r} (heldout: the 10 published tasks; train/validation: the rest of the zoo), budgets "
+              f"{','.join(f'{b:g}' for b in args.budgets)} s; --data DIR evaluates a dataset of `python -m "
+              f"data_gen build`, --budgets 5,30,60 the full budgets", file=sys.stderr, flush=True)
     config = R.EvalConfig(
         out=args.out, model=args.model, data=args.data, split=args.split, budgets=args.budgets,
         limit=args.limit, families=tuple(args.families) if args.families else None, seed=args.seed,

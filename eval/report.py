@@ -13,7 +13,12 @@
   budget_s=B, seed=seed)`` (its compilation is done by an untimed warm-up call first, as
   the agent's budget excludes compilation too);
 
-and writes, under ``out``: ``report.md``, ``report.json`` (raw numbers), CSV and Markdown
+Without a dataset (``data=None``, the CLI without ``--data``) it evaluates the examples
+shipped in the package (:mod:`alphagrad.examples`), split as ``python -m data_gen build``
+splits them (:func:`examples_dataset`): ``heldout`` holds the ten published tasks,
+``train`` and ``validation`` the rest of the zoo.
+
+It writes, under ``out``: ``report.md``, ``report.json`` (raw numbers), CSV and Markdown
 tables, PNG plots and ``orders.jsonl`` (every order, for reproduction). Every order is
 re-scored with :func:`alphagrad.cost`; a method that raises, returns an invalid order or
 an order whose re-scored cost differs from the cost it claimed becomes a failure row, and
@@ -62,7 +67,7 @@ class EvalConfig:
 
     out: str
     model: str | None = None
-    data: str = "data/train"
+    data: str | None = None  # None: the examples shipped in alphagrad.examples
     split: str = "heldout"
     budgets: tuple = (5.0, 30.0, 60.0)
     limit: int | None = None
@@ -111,10 +116,67 @@ def _reason(e: BaseException) -> str:
 # Loading.
 
 
-def load_split(path: str, split: str):
-    """``(dataset_dict, split_dataset)``; raises with a readable reason."""
+#: What the report calls the dataset when ``data`` is None.
+EXAMPLES_SOURCE = "alphagrad.examples"
+
+_EXAMPLES: dict = {}
+
+
+def examples_dataset():
+    """The examples shipped in :mod:`alphagrad.examples` as a ``DatasetDict`` of dataset
+    rows (the columns of ``python -m data_gen build``), split as a build splits them:
+    ``heldout`` the published tasks, ``train``/``validation`` the rest of the zoo (by a hash
+    of the name). Traced once per process (a few seconds)."""
     import datasets as hf
 
+    from data_gen import dataset as D
+
+    if "dd" not in _EXAMPLES:
+        config = D.BuildConfig(seed=0, num_random=0)
+        zoo = D.zoo_examples("all")
+        by_split: dict = {s: [] for s in D.SPLITS}
+        for ex in zoo:
+            row, failure = D.compute_item(config, "zoo", ex.name, zoo)
+            if failure is not None:
+                raise RuntimeError(f"example {ex.name}: {failure['stage']}: {failure['reason']}")
+            by_split[row.pop("split")].append(row)
+        features = D.features()
+        _EXAMPLES["dd"] = hf.DatasetDict({s: hf.Dataset.from_list(rows, features=features)
+                                          for s, rows in by_split.items()})
+    return _EXAMPLES["dd"]
+
+
+def dataset_label(data) -> str:
+    """The dataset as the report names it."""
+    return f"{EXAMPLES_SOURCE} (no --data)" if data is None else display_path(data)
+
+
+#: The repository this module belongs to (paths inside it are reported relative to it).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def display_path(path):
+    """``path`` as a report shows it: an absolute path inside the repository relative to
+    the repository root (so the command reruns on another machine); anything else as given."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return path
+    rel = os.path.relpath(os.path.normpath(path), REPO_ROOT)
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel.replace(os.sep, "/")
+
+
+def load_split(path: str | None, split: str):
+    """``(dataset_dict, split_dataset)``; raises with a readable reason. ``path`` None: the
+    package's examples (:func:`examples_dataset`)."""
+    import datasets as hf
+
+    if path is None:
+        dd = examples_dataset()
+        if split not in dd:
+            raise KeyError(f"{EXAMPLES_SOURCE} has no split {split!r} (splits: {sorted(dd)})")
+        return dd, dd[split]
+    if os.path.isfile(path):
+        raise NotADirectoryError(f"--data {path!r} is a file; pass the directory written by "
+                                 f"`python -m data_gen build --out DIR`")
     if not os.path.isdir(path):
         raise FileNotFoundError(f"dataset directory {path!r} does not exist; build one with "
                                 f"`python -m data_gen build --out {path}`")
@@ -398,13 +460,14 @@ def _leakage(config, dd, ds) -> dict:
     sources, errors = {}, []
     for s in TRAINING_SPLITS:
         if s != config.split and s in dd:
-            sources[f"{config.data}:{s}"] = dict(zip(dd[s]["graph_hash"], dd[s]["name"]))
+            label = EXAMPLES_SOURCE if config.data is None else display_path(config.data)
+            sources[f"{label}:{s}"] = dict(zip(dd[s]["graph_hash"], dd[s]["name"]))
     for path in config.train_data:
         try:
             for s, hashes in split_hashes(path).items():
-                sources[f"{path}:{s}"] = hashes
+                sources[f"{display_path(path)}:{s}"] = hashes
         except Exception as e:  # noqa: BLE001
-            errors.append(f"--train-data {path}: {_reason(e)}")
+            errors.append(f"--train-data {display_path(path)}: {_reason(e)}")
     result = leakage_check(evaluated, sources)
     if errors:
         result["status"] = "FAIL"
@@ -709,10 +772,13 @@ def render_markdown(report: dict, tabs: dict) -> str:
          f"* model: {report['model']['id']}" + (f", parameters sha256 `{report['model']['params_sha256'][:16]}`"
                                                if report["model"].get("params_sha256") else "")
          + (f" ({report['model']['error']})" if report["model"].get("error") else ""),
-         f"* dataset: `{cfg['data']}`, split `{cfg['split']}`: {report['dataset'].get('rows_in_split', 'n/a')} rows, "
+         f"* dataset: `{dataset_label(cfg['data'])}`, split `{cfg['split']}`: {report['dataset'].get('rows_in_split', 'n/a')} rows, "
          f"{report['dataset']['rows_evaluated']} evaluated"
          + (f" (at most {cfg['limit']} per family)" if cfg["limit"] is not None else "")
-         + (f"; families {', '.join(cfg['families'])}" if cfg["families"] else ""),
+         + (f"; families {', '.join(cfg['families'])}" if cfg["families"] else "")
+         + (f" (the examples shipped in the package, split as `python -m data_gen build` splits them: "
+            f"heldout = the published tasks, train/validation = the rest of the zoo, which a dataset built "
+            f"with the default `--zoo all` trains on)" if cfg["data"] is None else ""),
          f"* seed {cfg['seed']}; budgets {', '.join(f'{b:g} s' for b in cfg['budgets'])}; methods "
          f"{', '.join(report['methods'])}; network-free search with {cfg['search_simulations']} simulations "
          f"per move and the uniform prior",
@@ -829,7 +895,8 @@ def run(config: EvalConfig) -> tuple[dict, int]:
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     ctx = _Context(config)
     failures, checks, records = [], [], []
-    dataset_info = {"path": config.data, "split": config.split, "rows_evaluated": 0}
+    dataset_info = {"path": display_path(config.data), "source": dataset_label(config.data),
+                    "split": config.split, "rows_evaluated": 0}
     model_info = {"id": config.model if config.model else "bundled (alphagrad/pretrained, "
                   "alphagrad.from_pretrained())"}
     methods = method_ids(config)
@@ -927,9 +994,11 @@ def run(config: EvalConfig) -> tuple[dict, int]:
         "started": started,
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "config": {**dataclasses.asdict(config), "budgets": list(config.budgets),
+                   "out": display_path(config.out), "data": display_path(config.data),
+                   "model": display_path(config.model),
                    "extra": [method_id(k, b) for k, b in config.extra],
                    "families": list(config.families) if config.families else None,
-                   "train_data": list(config.train_data), "methods": list(config.methods),
+                   "train_data": [display_path(p) for p in config.train_data], "methods": list(config.methods),
                    "jac_batches": list(config.jac_batches)},
         "environment": environment(),
         "model": model_info,
@@ -961,4 +1030,12 @@ def _cost_of(records, row, method):
 
 
 def command_line(argv) -> str:
-    return "python -m eval" + ("" if not argv else " " + shlex.join(argv))
+    """The command as the report shows it: absolute paths inside the repository made
+    relative to its root (:func:`display_path`), so it reruns from the root anywhere."""
+    def arg(a: str) -> str:
+        if a.startswith("--") and "=" in a:
+            opt, _, val = a.partition("=")
+            return f"{opt}={display_path(val)}"
+        return display_path(a)
+
+    return "python -m eval" + ("" if not argv else " " + shlex.join(arg(a) for a in argv))
