@@ -21,7 +21,7 @@ import os
 import sys
 
 from eval import targets
-from eval.report import BASELINES, _fmt, geomean, md_table
+from eval.report import BASELINES, _fmt, dataset_label, geomean, md_table
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -48,7 +48,7 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
          + (f" (parameters sha256 `{report['model']['params_sha256'][:16]}`)" if report["model"].get("params_sha256")
             else "")
          + (f" (not loaded: {report['model']['error']})" if report["model"].get("error") else "")
-         + f"; dataset `{cfg['data']}`, split `{cfg['split']}`, {report['dataset']['rows_evaluated']} graphs"
+         + f"; dataset `{dataset_label(cfg['data'])}`, split `{cfg['split']}`, {report['dataset']['rows_evaluated']} graphs"
          + (f" (at most {cfg['limit']} per family)" if cfg.get("limit") else "")
          + f"; seed {cfg['seed']}; alphagrad {env['alphagrad']}, JAX {env['jax']} ({env['backend']}, "
            f"{env['cpus']} CPUs); {report['started']}."

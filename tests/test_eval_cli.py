@@ -10,6 +10,7 @@ import os
 import pytest
 
 from eval import __main__ as cli
+from eval import readme_results as RR
 from eval import report as R
 
 # baselines only (no model to load), one graph, no runtime table: seconds, not minutes
@@ -40,6 +41,7 @@ def test_without_data_the_published_tasks_shipped_in_the_package_are_evaluated(t
     assert jac["status"] == "pass"
     with open(os.path.join(out, "report.md")) as f:
         assert "alphagrad.examples (no --data)" in f.read()
+    assert "dataset `alphagrad.examples (no --data)`" in RR.summary_markdown(rep)
 
 
 def test_without_data_the_zoo_is_the_train_split(tmp_path, capsys):
