@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 
 from data_gen import dataset as D
@@ -83,6 +84,9 @@ def main(argv=None) -> int:
     if args.command == "build":
         if args.num_proc < 1:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            p.error(f"--out {args.out!r} is a file; give a directory for the dataset (it is created if it "
+                    f"does not exist, and resumed if it holds an interrupted build)")
         try:
             config = config_from_args(args)
         except ValueError as e:

@@ -234,6 +234,17 @@ def test_bad_parameters_are_rejected_before_work(tmp_path, capsys, argv, message
     assert not out.exists()
 
 
+def test_out_that_is_a_file_is_rejected(tmp_path, capsys):
+    out = tmp_path / "a_file"
+    out.write_text("keep me")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["build", "--out", str(out), "--num-random", "4", "--seed", "0"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "is a file" in err and "give a directory" in err
+    assert out.read_text() == "keep me"
+
+
 def test_bad_mix_is_rejected():
     bad = D.TRAIN.replace(mix=(("dot", (0.5, 0.1)),))
     with pytest.raises(ValueError, match="mix"):

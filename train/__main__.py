@@ -12,9 +12,30 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from train import config as C
+
+
+def _has_checkpoint(workdir: str) -> bool:
+    ckpt = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(ckpt) and any(name.isdigit() for name in os.listdir(ckpt))
+
+
+def workdir_problem(workdir: str, resume: bool) -> str | None:
+    """What is wrong with ``--workdir`` (and ``--resume``), with what to do; None if nothing."""
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        return (f"--workdir {workdir!r} is a file; give a directory for the run (it is created if it "
+                f"does not exist)")
+    if resume and not os.path.exists(workdir):
+        return (f"--resume: the run directory {workdir!r} does not exist, so there is no run to continue; "
+                f"drop --resume to start a new run there, or fix the --workdir path")
+    if resume and not (os.path.isdir(os.path.join(workdir, "checkpoints"))
+                       or os.path.isfile(os.path.join(workdir, "config.json"))):
+        return (f"--resume: {workdir!r} holds no training run (no checkpoints/ or config.json); drop "
+                f"--resume to start a new run there, or fix the --workdir path")
+    return None
 
 
 def main(argv=None) -> int:
@@ -38,12 +59,25 @@ def main(argv=None) -> int:
         if not sep:
             p.error(f"--set needs KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
+    config = None
     try:
         config = C.load(args.config, overrides)
         config.validate()
     except C.ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        hint = None  # the config's own build command for its missing data set
+        if config is not None and str(e).startswith(f"data.path {config.data.path!r} does not exist"):
+            hint = C.build_command(args.config, config.data.path)
+        print(f"config error: {e}" if hint is None else
+              f"config error: data.path {config.data.path!r} does not exist; build it with the command "
+              f"{args.config} gives for it:\n    {hint}", file=sys.stderr)
         return 2
+    problem = workdir_problem(args.workdir, args.resume)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    if args.resume and not _has_checkpoint(args.workdir):
+        print(f"--resume: {args.workdir} holds no checkpoint yet (the run stopped before its first); "
+              f"starting it from step 0", file=sys.stderr)
     if args.distributed:
         import jax
 

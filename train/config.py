@@ -134,10 +134,15 @@ class TrainConfig:
             raise ConfigError("search.simulations must be >= 1 and search.max_considered >= 2")
         if self.warm_start.steps < 0 or self.warm_start.graphs < 0:
             raise ConfigError("warm_start.steps and warm_start.graphs must be >= 0")
+        if check_paths and os.path.exists(self.data.path) and not os.path.isdir(self.data.path):
+            raise ConfigError(
+                f"data.path {self.data.path!r} is a file, not a dataset; set data.path (or --set "
+                f"data.path=DIR) to the directory written by `python -m data_gen build --out DIR`")
         if check_paths and not os.path.isdir(self.data.path):
             raise ConfigError(
                 f"data.path {self.data.path!r} does not exist; build a dataset first, e.g. "
-                f"`python -m data_gen build --out {self.data.path} --num-random 1000 --seed 0`")
+                f"`python -m data_gen build --out {self.data.path} --num-random 1000 --seed 0`, or set "
+                f"data.path (--set data.path=DIR) to one")
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
@@ -188,6 +193,24 @@ def _value(tp, value, key: str):
 
 def from_dict(data: dict) -> TrainConfig:
     return _convert(TrainConfig, data, "")
+
+
+def build_command(config_path: str, data_path: str) -> str | None:
+    """The ``python -m data_gen build --out DATA_PATH ...`` command that a config file's
+    comments give for its dataset (each file in ``train/configs/`` names one), or None."""
+    try:
+        with open(config_path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        text = line.strip().lstrip("#").strip()
+        words = text.split()
+        if text.startswith("python -m data_gen build") and "--out" in words:
+            i = words.index("--out")
+            if i + 1 < len(words) and os.path.normpath(words[i + 1]) == os.path.normpath(data_path):
+                return text
+    return None
 
 
 def load(path: str, overrides: dict | None = None) -> TrainConfig:
