@@ -25,15 +25,16 @@ import numbers
 import sys
 import time
 
-import numba
 import numpy as np
 
+from alphagrad import evaluator as ev_
 from alphagrad import rules as rl
 from alphagrad.evaluator import Evaluator
-from alphagrad.evaluator import _add as _add_nb
-from alphagrad.evaluator import _eliminate as _eliminate_nb
-from alphagrad.evaluator import _order_cost as _order_cost_nb
 from alphagrad.graph import Graph
+
+#: Graphs with at most this many intermediates are solved exactly by :func:`anneal`
+#: (dynamic programming over at most 2**10 states), which then returns at once.
+EXACT_LIMIT = 10
 
 # ------------------------------------------------------------------ argument checks
 
@@ -105,37 +106,6 @@ def markowitz(graph: Graph, convention: str = "exact") -> list[int]:
     return Evaluator(graph, rl.check_convention(convention)).markowitz()
 
 
-@numba.njit(cache=True, nogil=True)
-def _state_key(E):
-    h = np.uint64(14695981039346656037)
-    for x in E.ravel():
-        h = (h ^ np.uint64(x + 1)) * np.uint64(1099511628211)
-    return np.int64(h)
-
-
-@numba.njit(cache=True, nogil=True)
-def _solve(E, inter, remaining, memo, compose, join, cost, preds, succs):
-    """Cheapest cost of eliminating the `remaining` intermediates from state E."""
-    key = _state_key(E)
-    if key in memo:
-        return memo[key]
-    best = np.int64(-1)
-    for idx in range(inter.shape[0]):
-        if not remaining[idx]:
-            continue
-        E2 = E.copy()
-        c = _eliminate_nb(E2, compose, join, cost, inter[idx], preds, succs)
-        remaining[idx] = False
-        r = _add_nb(c, _solve(E2, inter, remaining, memo, compose, join, cost, preds, succs))
-        remaining[idx] = True
-        if best < 0 or r < best:
-            best = r
-    if best < 0:
-        best = 0
-    memo[key] = best
-    return best
-
-
 def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20) -> list[int]:
     """The cheapest order, by dynamic programming over elimination states (compiled).
 
@@ -161,73 +131,81 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
             f"or use baselines.anneal"
         )
     ev = Evaluator(graph, convention)
-    memo = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
-    n = graph.num_vertices
-    preds, succs = np.empty(n, np.int64), np.empty(n, np.int64)
-    tables = (ev.compose, ev.join, ev.cost_table)
-    remaining = np.ones(len(inter), np.bool_)
-    E = ev.new_state()
-    total = int(_solve(E, inter, remaining, memo, *tables, preds, succs))
+    order, total = ev.optimal()
     if total >= rl.COST_CAP:
         raise OverflowError(
             f"every order of this graph costs at least {rl.COST_CAP} (2**62 - 1) multiplications, "
             f"beyond what optimal's 64-bit search can rank; score orders with alphagrad.cost, "
             f"which counts exactly at any size"
         )
-    order = []
-    while remaining.any():
-        target = memo[_state_key(E)]
-        for idx in np.flatnonzero(remaining):
-            E2 = E.copy()
-            c = ev.step(E2, inter[idx])
-            rest = memo.get(_state_key(E2), 0) if remaining.sum() > 1 else 0
-            if c + rest == target:
-                order.append(int(inter[idx]))
-                remaining[idx] = False
-                E = E2
-                break
-        else:  # pragma: no cover - would mean an inconsistent memo
-            raise RuntimeError("optimal: could not reconstruct the order")
-    if ev.cost(order) != total:  # pragma: no cover - would mean an inconsistent memo
+    if ev.cost(order) != total:  # pragma: no cover - would mean a hash collision in the memo
         raise RuntimeError("optimal: the reconstructed order does not cost the optimum")
     return order
 
 
-@numba.njit(cache=True, nogil=True)
-def _anneal_chunk(E0, compose, join, cost, order, cur, best_order, best, t0, t1, iters, seed):
-    np.random.seed(seed)
-    n = order.shape[0]
-    cand = order.copy()
-    for it in range(iters):
-        temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
-        cand[:] = order
-        i = np.random.randint(n)
-        j = np.random.randint(n)
-        if i == j:
-            continue
-        if np.random.random() < 0.5:
-            cand[i], cand[j] = order[j], order[i]
-        else:  # move element i to position j
-            x = order[i]
-            if i < j:
-                cand[i:j] = order[i + 1:j + 1]
-            else:
-                cand[j + 1:i + 1] = order[j:i]
-            cand[j] = x
-        c = _order_cost_nb(E0, compose, join, cost, cand)
-        if c <= cur or np.random.random() < np.exp((cur - c) / max(temp, 1e-9)):
-            order[:] = cand
-            cur = c
-            if c < best:
-                best = c
-                best_order[:] = cand
-    return cur, best
+def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best):
+    """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
+    in chunks of about 1% of ``budget_s`` (sized from the measured speed, never past the
+    end) with the temperature following the elapsed fraction of the budget."""
+    if iterations is not None:
+        return chunk_fn(iterations, t0, t1, seed)
+    t_start = time.perf_counter()
+    k, chunk = 0, 16
+    while best > 0:  # a zero-cost order is optimal
+        frac = (time.perf_counter() - t_start) / budget_s
+        if frac >= 1:
+            break
+        lo = t0 * (t1 / t0) ** frac
+        hi = t0 * (t1 / t0) ** min(1.0, frac + 0.01)
+        before = best
+        t_chunk = time.perf_counter()
+        best = chunk_fn(chunk, lo, hi, (seed * 1_000_003 + k) % 2**32)
+        per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
+        left = budget_s - (time.perf_counter() - t_start)
+        chunk = int(min(max(min(0.01 * budget_s, left) / per_move, 1), 10_000_000))
+        k += 1
+        if progress and best < before:
+            print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
+                  file=sys.stderr)
+    return best
+
+
+def _anneal_setup(graph, budget_s, seed, convention, iterations, start, where):
+    """Checked arguments, the evaluator and the start order (the best baseline by default)."""
+    check_graph(graph, where)
+    budget_s = check_budget(budget_s)
+    seed = check_seed(seed)
+    rl.check_convention(convention)
+    if iterations is not None:
+        iterations = check_int(iterations, "iterations", 0)
+    ev = Evaluator(graph, convention)
+    if start is None:
+        starts = [forward(graph), reverse(graph), ev.markowitz()]
+        start = min(starts, key=ev.cost)
+    order = np.asarray(resolve_order(graph, start, convention), np.int64)
+    return budget_s, seed, iterations, ev, order
+
+
+def _check_cap(best):
+    if best >= rl.COST_CAP:
+        raise OverflowError(
+            f"every order annealing saw costs at least {rl.COST_CAP} (2**62 - 1) multiplications, "
+            f"beyond what its 64-bit comparisons can rank; score orders with alphagrad.cost, "
+            f"which counts exactly at any size"
+        )
 
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
            iterations: int | None = None, start=None, progress: bool = False) -> list[int]:
-    """Simulated annealing over orders: swap and move-to moves, starting from the best of
-    forward, reverse and Markowitz (or ``start``), temperature decaying geometrically.
+    """Simulated annealing over orders on the sparse, incremental evaluator.
+
+    Moves swap two positions or move one vertex elsewhere, mostly within a window of
+    nearby positions; each is scored from a snapshot before its first changed position
+    and stops as soon as its outcome is decided (see :mod:`alphagrad.evaluator`). It
+    starts from the best of forward, reverse and Markowitz (or ``start``), and the
+    temperature decays geometrically over the budget. It returns at once when the
+    optimum is proven: a graph of at most :data:`EXACT_LIMIT` intermediates is solved
+    exactly, and an order of zero cost cannot be beaten.
 
     Args:
       graph: the graph.
@@ -244,61 +222,57 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       progress: print the best cost as it improves (to stderr).
 
     Returns:
-      The cheapest order seen.
+      The cheapest order seen (re-scored from scratch).
 
     Raises:
       TypeError, ValueError: an argument is not what is described above.
       OverflowError: the cheapest order seen costs 2**62 multiplications or more, so
         annealing (which compares int64 counts) could not rank what it saw.
     """
-    check_graph(graph, "baselines.anneal")
-    budget_s = check_budget(budget_s)
-    seed = check_seed(seed)
-    rl.check_convention(convention)
-    if iterations is not None:
-        iterations = check_int(iterations, "iterations", 0)
-    ev = Evaluator(graph, convention)
-    if start is None:
-        starts = [forward(graph), reverse(graph), ev.markowitz()]
-        start = min(starts, key=ev.cost)
-    order = np.asarray(resolve_order(graph, start, convention), np.int64)
+    budget_s, seed, iterations, ev, order = _anneal_setup(graph, budget_s, seed, convention,
+                                                          iterations, start, "baselines.anneal")
+    n = len(order)
+    if n < 2:
+        return [int(v) for v in order]
+    if n <= EXACT_LIMIT:
+        best_order, best = ev.optimal()
+        _check_cap(best)
+        return best_order
+    best_order = order.copy()
+    t0 = max(1.0, 0.02 * ev.cost(order))
+    t1 = max(0.05, 1e-4 * ev.cost(order))
+
+    def chunk(moves, t_from, t_to, chunk_seed):
+        return ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed)[1]
+
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(order))
+    _check_cap(best)
+    return [int(v) for v in best_order]
+
+
+def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
+                 iterations: int | None = None, start=None, progress: bool = False) -> list[int]:
+    """The annealer of release 0.1.0 (deprecated; kept one release as the comparison in
+    ``eval/bench_search.py``): uniform swap and move-to moves, each re-scoring the whole
+    order on a dense ``V x V`` matrix. Same arguments as :func:`anneal`."""
+    budget_s, seed, iterations, ev, order = _anneal_setup(graph, budget_s, seed, convention,
+                                                          iterations, start, "baselines.anneal_dense")
     if len(order) < 2:
         return [int(v) for v in order]
-    args = (ev.edges, ev.compose, ev.join, ev.cost_table)
-    cur = best = _order_cost_nb(*args, order)  # saturated int64, what the kernel compares
+    args = (ev.dense_matrix(), ev.compose, ev.join, ev.cost_table)
+    state = {"cur": ev_.dense_order_cost(*args, order)}
     best_order = order.copy()
-    t0 = max(1.0, 0.02 * cur)
-    t1 = max(0.05, 1e-4 * cur)
-    if iterations is not None:
-        cur, best = _anneal_chunk(*args, order, cur, best_order, best, t0, t1, iterations, seed)
-    else:
-        t_start = time.perf_counter()
-        k, chunk = 0, 16
-        while True:
-            elapsed = time.perf_counter() - t_start
-            frac = elapsed / budget_s
-            if frac >= 1:
-                break
-            lo = t0 * (t1 / t0) ** frac
-            hi = t0 * (t1 / t0) ** min(1.0, frac + 0.01)
-            before = best
-            t_chunk = time.perf_counter()
-            cur, best = _anneal_chunk(*args, order, cur, best_order, best, lo, hi, chunk,
-                                      (seed * 1_000_003 + k) % 2**32)
-            per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
-            # the next chunk takes about 1% of the budget, and never runs past its end
-            left = budget_s - (time.perf_counter() - t_start)
-            chunk = int(min(max(min(0.01 * budget_s, left) / per_move, 1), 1_000_000))
-            k += 1
-            if progress and best < before:
-                print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
-                      file=sys.stderr)
-    if best >= rl.COST_CAP:
-        raise OverflowError(
-            f"every order annealing saw costs at least {rl.COST_CAP} (2**62 - 1) multiplications, "
-            f"beyond what its 64-bit comparisons can rank; score orders with alphagrad.cost, "
-            f"which counts exactly at any size"
-        )
+    t0 = max(1.0, 0.02 * state["cur"])
+    t1 = max(0.05, 1e-4 * state["cur"])
+    state["best"] = state["cur"]
+
+    def chunk(moves, t_from, t_to, chunk_seed):
+        state["cur"], state["best"] = ev_.dense_anneal(*args, order, state["cur"], best_order, state["best"],
+                                                       t_from, t_to, moves, chunk_seed)
+        return state["best"]
+
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, state["best"])
+    _check_cap(best)
     return [int(v) for v in best_order]
 
 

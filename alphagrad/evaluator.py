@@ -1,20 +1,37 @@
-"""A compiled CPU evaluator of elimination orders, for local search.
+"""The compiled evaluator of elimination orders: sparse, incremental, exact.
 
 It reads the same rule tables as the JAX engine (:mod:`alphagrad.rules`) and applies the
-same step, looping only over the current predecessors and successors of the eliminated
-vertex, so one full order of a ~150-vertex graph takes microseconds. A conformance test
-(``tests/test_engine.py``) checks it against :func:`alphagrad.engine.eliminate` on every
-benchmark graph and on random orders.
+same step (``tests/test_engine.py`` checks them against each other on every benchmark
+graph and on random programs and orders), on adjacency lists instead of ``V x V``
+matrices, so memory grows with the edges and eliminating a vertex touches only its
+neighbours. Every classic search runs on it: the cost of an order (the door behind
+``alphagrad.cost``), Markowitz, exact search and annealing.
 
-Counts are exact int64. Every sum saturates at :data:`alphagrad.rules.COST_CAP`
-(2**62 - 1) instead of wrapping; :meth:`Evaluator.cost` recounts a saturated order with
-Python integers (exact at any size) and :meth:`Evaluator.markowitz` reruns a saturated
-greedy with them, so no path returns a wrapped or capped number.
+A state is a tuple of int64 arrays (numba-friendly, owned by the caller):
+
+* ``out_start, out_len, out_cap [V]``, ``out_dst, out_sid, out_twin [P]``: each vertex's
+  successors, the structure id of the edge to each, and where the edge sits in the
+  successor's predecessor list; a segment of a shared pool (a full segment moves to the
+  pool's end with twice the room);
+* ``in_start, in_len, in_cap [V]``, ``in_src, in_twin [P]``: each vertex's predecessors
+  and where the edge sits in the predecessor's successor list;
+* ``meta [3]``: the pool tops and the state's hash:
+  the wrapping sum of a 64-bit mix of every edge ``(src, dst, structure)``, updated by
+  every change, so two states with the same edges have the same hash whatever built them.
+
+Counts are int64 sums that saturate at :data:`alphagrad.rules.COST_CAP` (2**62 - 1)
+instead of wrapping; :class:`Evaluator` recounts a saturated result with Python integers,
+so no path returns a wrapped or capped number.
+
+Annealing scores a move (which changes an order only between positions ``lo <= hi``)
+from a snapshot of the state taken a few positions before ``lo``; it stops as soon as the
+running cost exceeds what the Metropolis rule could accept, or once, past ``hi``, the
+state's hash equals the current order's at the same position: the same edges remain, so
+the rest of the order costs what it cost before. Hashes only steer the search: every order
+a search returns is re-scored from scratch.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import numba
 import numpy as np
@@ -23,6 +40,10 @@ from alphagrad import rules as rl
 from alphagrad.graph import Graph
 
 _CAP = np.int64(rl.COST_CAP)
+#: A pool is full: grow the pools and start again.
+OVERFLOW = np.int64(-1)
+# indices into a state tuple
+_OS, _OL, _OC, _OD, _OSID, _OTW, _IS, _IL, _IC, _ISRC, _ITW, _META = range(12)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -32,9 +53,452 @@ def _add(a, b):
     return s if s < _CAP else _CAP
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(i, k, s, V):
+    """A 64-bit mix (splitmix64) of the edge ``i -> k`` with structure ``s``."""
+    z = np.uint64((i * V + k) * 1048576 + s) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return np.int64(z ^ (z >> np.uint64(31)))
+
+
 @numba.njit(cache=True, nogil=True)
-def _eliminate(E, compose, join, cost, v, preds, succs):
-    """Eliminates v in place; returns its multiplications. preds/succs are scratch."""
+def new_state(V, src, dst, sid, pool):
+    """The state of a graph of ``V`` vertices with edges ``src -> dst`` of structures
+    ``sid``, with pools of at least ``pool`` entries."""
+    out_len = np.zeros(V, np.int64)
+    in_len = np.zeros(V, np.int64)
+    for e in range(src.shape[0]):
+        out_len[src[e]] += 1
+        in_len[dst[e]] += 1
+    out_start = np.zeros(V, np.int64)
+    in_start = np.zeros(V, np.int64)
+    out_cap = out_len + 2  # room for a few fill-ins before the first move
+    in_cap = in_len + 2
+    top_o = 0
+    top_i = 0
+    for v in range(V):
+        out_start[v] = top_o
+        top_o += out_cap[v]
+        in_start[v] = top_i
+        top_i += in_cap[v]
+    size = max(pool, 2 * max(top_o, top_i))
+    out_dst = np.zeros(size, np.int64)
+    out_sid = np.zeros(size, np.int64)
+    out_twin = np.zeros(size, np.int64)
+    in_src = np.zeros(size, np.int64)
+    in_twin = np.zeros(size, np.int64)
+    meta = np.zeros(3, np.int64)
+    meta[0], meta[1] = top_o, top_i
+    out_len[:] = 0
+    in_len[:] = 0
+    state = (out_start, out_len, out_cap, out_dst, out_sid, out_twin,
+             in_start, in_len, in_cap, in_src, in_twin, meta)
+    for e in range(src.shape[0]):
+        _append(state, src[e], dst[e], sid[e], V)
+    return state
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _append(state, i, k, s, V):
+    """Adds the edge ``i -> k`` of structure ``s``; False if a pool is full."""
+    out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
+    if out_len[i] == out_cap[i]:
+        cap = 2 * out_cap[i] + 2
+        if meta[0] + cap > out_dst.shape[0]:
+            return False
+        start = meta[0]
+        old = out_start[i]
+        for t in range(out_len[i]):
+            out_dst[start + t] = out_dst[old + t]
+            out_sid[start + t] = out_sid[old + t]
+            out_twin[start + t] = out_twin[old + t]
+        out_start[i] = start
+        out_cap[i] = cap
+        meta[0] += cap
+    if in_len[k] == in_cap[k]:
+        cap = 2 * in_cap[k] + 2
+        if meta[1] + cap > in_src.shape[0]:
+            return False
+        start = meta[1]
+        old = in_start[k]
+        for t in range(in_len[k]):
+            in_src[start + t] = in_src[old + t]
+            in_twin[start + t] = in_twin[old + t]
+        in_start[k] = start
+        in_cap[k] = cap
+        meta[1] += cap
+    p = out_len[i]
+    q = in_len[k]
+    out_dst[out_start[i] + p] = k
+    out_sid[out_start[i] + p] = s
+    out_twin[out_start[i] + p] = q
+    in_src[in_start[k] + q] = i
+    in_twin[in_start[k] + q] = p
+    out_len[i] = p + 1
+    in_len[k] = q + 1
+    meta[2] += _mix(i, k, s, V)
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def eliminate(state, v, compose, join, cost, mark, pos):
+    """Eliminates ``v`` in place; returns its multiplications (saturated int64), or
+    :data:`OVERFLOW` (the state is then unusable: grow the pools and start again).
+
+    ``mark`` (``[V + 1]``, its last entry the stamp counter) and ``pos`` (``[V]``) are
+    int64 scratch arrays, stamped, never cleared: share them only with states that also
+    leave the counter alone."""
+    out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
+    V = out_start.shape[0]
+    total = np.int64(0)
+    ns = out_len[v]
+    succ_in = 0  # what finding i among the successors' predecessors would scan
+    for b in range(ns):
+        succ_in += in_len[out_dst[out_start[v] + b]]
+    for a in range(in_len[v]):
+        i = in_src[in_start[v] + a]
+        pv = in_twin[in_start[v] + a]
+        b_id = out_sid[out_start[i] + pv]
+        by_marks = out_len[i] <= succ_in
+        if by_marks:  # mark i's successors once
+            mark[V] += 1
+            stamp = mark[V]
+            for t in range(out_len[i]):
+                k = out_dst[out_start[i] + t]
+                mark[k] = stamp
+                pos[k] = t
+        for b in range(ns):
+            s0 = out_start[v]
+            k = out_dst[s0 + b]
+            a_id = out_sid[s0 + b]
+            total = _add(total, cost[a_id, b_id])
+            c = compose[a_id, b_id]
+            p = -1
+            if by_marks:
+                if mark[k] == stamp:
+                    p = pos[k]
+            else:
+                for t in range(in_len[k]):
+                    if in_src[in_start[k] + t] == i:
+                        p = in_twin[in_start[k] + t]
+                        break
+            if p >= 0:
+                at = out_start[i] + p
+                old = out_sid[at]
+                new = join[old, c]
+                if new != old:
+                    out_sid[at] = new
+                    meta[2] += _mix(i, k, new, V) - _mix(i, k, old, V)
+            elif not _append(state, i, k, c, V):
+                return OVERFLOW
+        # drop i -> v: the last successor of i takes its place
+        base = out_start[i]
+        last = out_len[i] - 1
+        if pv != last:
+            k2 = out_dst[base + last]
+            out_dst[base + pv] = k2
+            out_sid[base + pv] = out_sid[base + last]
+            out_twin[base + pv] = out_twin[base + last]
+            in_twin[in_start[k2] + out_twin[base + pv]] = pv
+        out_len[i] = last
+        meta[2] -= _mix(i, v, b_id, V)
+    for b in range(ns):  # drop v -> k: the last predecessor of k takes its place
+        s0 = out_start[v]
+        k = out_dst[s0 + b]
+        q = out_twin[s0 + b]
+        base = in_start[k]
+        last = in_len[k] - 1
+        if q != last:
+            i2 = in_src[base + last]
+            in_src[base + q] = i2
+            in_twin[base + q] = in_twin[base + last]
+            out_twin[out_start[i2] + in_twin[base + q]] = q
+        in_len[k] = last
+        meta[2] -= _mix(v, k, out_sid[s0 + b], V)
+    out_len[v] = 0
+    in_len[v] = 0
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def vertex_cost(state, v, cost):
+    """Multiplications of eliminating ``v`` now (its Markowitz degree in the cost model)."""
+    out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
+    total = np.int64(0)
+    for a in range(in_len[v]):
+        i = in_src[in_start[v] + a]
+        b_id = out_sid[out_start[i] + in_twin[in_start[v] + a]]
+        for b in range(out_len[v]):
+            total = _add(total, cost[out_sid[out_start[v] + b], b_id])
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def copy_state(state):
+    out = (state[0].copy(), state[1].copy(), state[2].copy(), state[3].copy(), state[4].copy(),
+           state[5].copy(), state[6].copy(), state[7].copy(), state[8].copy(), state[9].copy(),
+           state[10].copy(), state[11].copy())
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def restore(dst, src):
+    """Copies state ``src`` into ``dst`` (same pool sizes), the used part of the pools only."""
+    for a in (_OS, _OL, _OC, _IS, _IL, _IC):
+        dst[a][:] = src[a]
+    top_o = src[_META][0]
+    top_i = src[_META][1]
+    for a in (_OD, _OSID, _OTW):
+        dst[a][:top_o] = src[a][:top_o]
+    for a in (_ISRC, _ITW):
+        dst[a][:top_i] = src[a][:top_i]
+    dst[_META][:] = src[_META]
+
+
+@numba.njit(cache=True, nogil=True)
+def order_cost(state0, order, compose, join, cost):
+    """Multiplications of eliminating ``order`` from ``state0`` (left unchanged),
+    saturated at ``COST_CAP``; or :data:`OVERFLOW`."""
+    work = copy_state(state0)
+    V = work[0].shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    total = np.int64(0)
+    for v in order:
+        m = eliminate(work, v, compose, join, cost, mark, pos)
+        if m < 0:
+            return OVERFLOW
+        total = _add(total, m)
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def markowitz(state0, inter, compose, join, cost):
+    """Greedy minimal elimination cost, the smallest id on ties (``inter`` ascending).
+
+    Returns ``(order, total)``; ``total`` is :data:`OVERFLOW` if a pool filled up, and
+    ``COST_CAP`` if some choice may have been a tie between saturated costs."""
+    work = copy_state(state0)
+    V = work[0].shape[0]
+    n = inter.shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    alive = np.zeros(V, np.bool_)
+    costs = np.zeros(V, np.int64)
+    for v in inter:
+        alive[v] = True
+        costs[v] = vertex_cost(work, v, cost)
+    touched = np.empty(V, np.int64)
+    order = np.empty(n, np.int64)
+    total = np.int64(0)
+    for step in range(n):
+        best = -1
+        best_cost = np.int64(0)
+        for v in inter:
+            if alive[v] and (best < 0 or costs[v] < best_cost):
+                best = v
+                best_cost = costs[v]
+        nt = 0
+        for a in range(work[_IL][best]):
+            touched[nt] = work[_ISRC][work[_IS][best] + a]
+            nt += 1
+        for b in range(work[_OL][best]):
+            touched[nt] = work[_OD][work[_OS][best] + b]
+            nt += 1
+        m = eliminate(work, best, compose, join, cost, mark, pos)
+        if m < 0:
+            return order, OVERFLOW
+        total = _add(total, m)
+        alive[best] = False
+        order[step] = best
+        for t in range(nt):  # only the neighbours' costs changed
+            u = touched[t]
+            if alive[u]:
+                costs[u] = vertex_cost(work, u, cost)
+    return order, total
+
+
+@numba.njit(cache=True, nogil=True)
+def _solve(state, inter, remaining, memo, compose, join, cost, mark, pos):
+    """Cheapest cost of eliminating the ``remaining`` intermediates from ``state``,
+    memoised by the state's hash (or :data:`OVERFLOW`)."""
+    key = state[_META][2]
+    if key in memo:
+        return memo[key]
+    best = np.int64(-1)
+    for idx in range(inter.shape[0]):
+        if not remaining[idx]:
+            continue
+        nxt = copy_state(state)
+        c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos)
+        if c < 0:
+            return OVERFLOW
+        remaining[idx] = False
+        rest = _solve(nxt, inter, remaining, memo, compose, join, cost, mark, pos)
+        remaining[idx] = True
+        if rest < 0:
+            return OVERFLOW
+        r = _add(c, rest)
+        if best < 0 or r < best:
+            best = r
+    if best < 0:
+        best = 0
+    memo[key] = best
+    return best
+
+
+@numba.njit(cache=True, nogil=True)
+def optimal(state0, inter, compose, join, cost):
+    """The cheapest order, by dynamic programming over elimination states keyed by
+    their hash: ``(order, total)``, ``total`` :data:`OVERFLOW` if a pool filled up."""
+    n = inter.shape[0]
+    V = state0[0].shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    memo = dict()
+    memo[np.int64(0)] = np.int64(0)
+    del memo[np.int64(0)]
+    remaining = np.ones(n, np.bool_)
+    order = np.empty(n, np.int64)
+    total = _solve(copy_state(state0), inter, remaining, memo, compose, join, cost, mark, pos)
+    if total < 0:
+        return order, OVERFLOW
+    state = copy_state(state0)
+    target = total
+    for step in range(n):
+        for idx in range(n):
+            if not remaining[idx]:
+                continue
+            nxt = copy_state(state)
+            c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos)
+            rest = memo[nxt[_META][2]] if step < n - 1 else np.int64(0)
+            if _add(c, rest) == target:
+                order[step] = inter[idx]
+                remaining[idx] = False
+                state = nxt
+                target = rest
+                break
+    return order, total
+
+
+# ------------------------------------------------------------------------ annealing
+@numba.njit(cache=True, nogil=True)
+def _replay(work, snaps, order, lo, hi, K, pcost, phash, compose, join, cost, mark, pos):
+    """Re-eliminates ``order`` from the snapshot before position ``lo`` after a change of
+    positions ``lo..hi``, refreshing snapshots, prefix costs and hashes, until the state
+    meets the previous one again. False if a pool filled up."""
+    n = order.shape[0]
+    c = lo // K
+    restore(work, snaps[c])
+    run = pcost[c * K]
+    for p in range(c * K, n):
+        if p % K == 0 and p // K != c:
+            restore(snaps[p // K], work)
+        m = eliminate(work, order[p], compose, join, cost, mark, pos)
+        if m < 0:
+            return False
+        run = _add(run, m)
+        h = work[_META][2]
+        if p >= hi and h == phash[p + 1]:
+            delta = run - pcost[p + 1]
+            for r in range(p + 1, n + 1):
+                pcost[r] = min(max(pcost[r] + delta, 0), _CAP)
+            return True
+        pcost[p + 1] = run
+        phash[p + 1] = h
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos):
+    """The cost of ``cand`` (the current order with positions ``lo..hi`` changed), or any
+    number above ``threshold`` once it is sure to exceed it; :data:`OVERFLOW`."""
+    n = cand.shape[0]
+    c = lo // K
+    restore(work, snaps[c])
+    run = pcost[c * K]
+    for p in range(c * K, n):
+        m = eliminate(work, cand[p], compose, join, cost, mark, pos)
+        if m < 0:
+            return OVERFLOW
+        run = _add(run, m)
+        if run > threshold:
+            return run
+        if p >= hi and work[_META][2] == phash[p + 1]:
+            return _add(run, pcost[n] - pcost[p + 1])
+    return run
+
+
+@numba.njit(cache=True, nogil=True)
+def anneal(state0, compose, join, cost, order, best_order, iters, t0, t1, seed, K, window):
+    """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
+    decays geometrically from ``t0`` to ``t1``; the cheapest order seen goes to
+    ``best_order``. A move swaps two positions or moves one vertex to another position,
+    the second position within ``window`` of the first (one move in eight anywhere).
+    Snapshots every ``K`` positions.
+
+    Returns ``(current cost, best cost, moves scored)``; the first is :data:`OVERFLOW`
+    if a pool filled up (``order`` is then unchanged from the last accepted move).
+    """
+    np.random.seed(seed)
+    n = order.shape[0]
+    V = state0[0].shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    work = copy_state(state0)
+    snaps = [copy_state(state0) for _ in range((n - 1) // K + 1)]
+    pcost = np.zeros(n + 1, np.int64)
+    phash = np.zeros(n + 1, np.int64)  # filled by the first pass, which never stops early
+    if not _replay(work, snaps, order, 0, n, K, pcost, phash, compose, join, cost, mark, pos):
+        return OVERFLOW, OVERFLOW, np.int64(0)
+    cur = pcost[n]
+    best = cur
+    best_order[:] = order
+    cand = order.copy()
+    scored = np.int64(0)
+    for it in range(iters):
+        temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
+        i = np.random.randint(n)
+        if np.random.random() < 0.125:
+            j = np.random.randint(n)
+        else:
+            j = min(max(i + np.random.randint(-window, window + 1), 0), n - 1)
+        if i == j:
+            continue
+        lo, hi = min(i, j), max(i, j)
+        if np.random.random() < 0.5:
+            cand[i], cand[j] = order[j], order[i]
+        elif i < j:  # move order[i] to position j
+            for p in range(i, j):
+                cand[p] = order[p + 1]
+            cand[j] = order[i]
+        else:
+            for p in range(i, j, -1):
+                cand[p] = order[p - 1]
+            cand[j] = order[i]
+        threshold = cur - temp * np.log(1.0 - np.random.random())
+        c = _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos)
+        scored += 1
+        if c < 0:
+            return OVERFLOW, best, scored
+        if c <= threshold:
+            order[lo:hi + 1] = cand[lo:hi + 1]
+            if not _replay(work, snaps, order, lo, hi, K, pcost, phash, compose, join, cost, mark, pos):
+                order[lo:hi + 1] = cand[lo:hi + 1]
+                return OVERFLOW, best, scored
+            cur = pcost[n]
+            if cur < best:
+                best = cur
+                best_order[:] = order
+        else:
+            cand[lo:hi + 1] = order[lo:hi + 1]
+    return cur, best, scored
+
+
+# ------------------------------------------- the dense evaluator of release 0.1.0
+@numba.njit(cache=True, nogil=True)
+def _dense_eliminate(E, compose, join, cost, v, preds, succs):
     n = E.shape[0]
     np_ = 0
     ns = 0
@@ -62,135 +526,186 @@ def _eliminate(E, compose, join, cost, v, preds, succs):
 
 
 @numba.njit(cache=True, nogil=True)
-def _order_cost(E0, compose, join, cost, order):
+def dense_order_cost(E0, compose, join, cost, order):
+    """The cost of ``order`` on a dense ``[V, V]`` matrix of structure ids, copied and
+    scanned row and column per vertex: the evaluator of release 0.1.0, kept one release
+    as the benchmark's comparison (see ``baselines.anneal_dense``)."""
     E = E0.copy()
     n = E.shape[0]
     preds = np.empty(n, np.int64)
     succs = np.empty(n, np.int64)
     total = np.int64(0)
     for v in order:
-        total = _add(total, _eliminate(E, compose, join, cost, v, preds, succs))
+        total = _add(total, _dense_eliminate(E, compose, join, cost, v, preds, succs))
     return total
 
 
 @numba.njit(cache=True, nogil=True)
-def _vertex_cost(E, cost, v):
-    n = E.shape[0]
-    total = np.int64(0)
-    for i in range(n):
-        b_id = E[i, v]
-        if b_id == 0:
+def dense_anneal(E0, compose, join, cost, order, cur, best_order, best, t0, t1, iters, seed):
+    """The annealing moves of release 0.1.0: every move re-scores the whole order with
+    :func:`dense_order_cost`. Returns ``(current, best)``."""
+    np.random.seed(seed)
+    n = order.shape[0]
+    cand = order.copy()
+    for it in range(iters):
+        temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
+        cand[:] = order
+        i = np.random.randint(n)
+        j = np.random.randint(n)
+        if i == j:
             continue
-        for k in range(n):
-            a_id = E[v, k]
-            if a_id != 0:
-                total = _add(total, cost[a_id, b_id])
-    return total
+        if np.random.random() < 0.5:
+            cand[i], cand[j] = order[j], order[i]
+        else:  # move element i to position j
+            x = order[i]
+            if i < j:
+                cand[i:j] = order[i + 1:j + 1]
+            else:
+                cand[j + 1:i + 1] = order[j:i]
+            cand[j] = x
+        c = dense_order_cost(E0, compose, join, cost, cand)
+        if c <= cur or np.random.random() < np.exp((cur - c) / max(temp, 1e-9)):
+            order[:] = cand
+            cur = c
+            if c < best:
+                best = c
+                best_order[:] = cand
+    return cur, best
 
 
 @numba.njit(cache=True, nogil=True)
-def _markowitz_nb(E0, compose, join, cost, inter):
-    """Greedy minimal elimination cost, smallest id on ties; returns (order, total).
-
-    The kernel of ``baselines.markowitz`` (a test checks it against a greedy run on the
-    JAX engine). Vertex costs saturate at ``COST_CAP``: while the total stays below it,
-    every chosen vertex had an unsaturated minimal cost, so the order is exact; a total
-    at the cap means some choice may have been a tie between saturated costs (see
-    :meth:`Evaluator.markowitz`)."""
-    E = E0.copy()
-    n = E.shape[0]
-    alive = np.zeros(n, np.bool_)
-    costs = np.zeros(n, np.int64)
-    for v in inter:
-        alive[v] = True
-    for v in inter:
-        costs[v] = _vertex_cost(E, cost, v)
-    preds = np.empty(n, np.int64)
-    succs = np.empty(n, np.int64)
-    touched = np.empty(2 * n, np.int64)
-    order = np.empty(inter.shape[0], np.int64)
-    total = np.int64(0)
-    for step in range(inter.shape[0]):
-        best = -1
-        best_cost = 0
-        for v in range(n):
-            if alive[v] and (best < 0 or costs[v] < best_cost):
-                best = v
-                best_cost = costs[v]
-        nt = 0
-        for i in range(n):
-            if E[i, best] != 0 or E[best, i] != 0:
-                touched[nt] = i
-                nt += 1
-        total = _add(total, _eliminate(E, compose, join, cost, best, preds, succs))
-        alive[best] = False
-        order[step] = best
-        # Only the rows/columns of the eliminated vertex's neighbours changed.
-        for t in range(nt):
-            u = touched[t]
-            if alive[u]:
-                costs[u] = _vertex_cost(E, cost, u)
-    return order, total
+def regrow(state, pool):
+    """The same edges in a new state with pools of ``pool`` entries."""
+    out_start, out_len, out_cap, out_dst, out_sid = state[0], state[1], state[2], state[3], state[4]
+    V = out_start.shape[0]
+    m = out_len.sum()
+    src = np.empty(m, np.int64)
+    dst = np.empty(m, np.int64)
+    sid = np.empty(m, np.int64)
+    e = 0
+    for i in range(V):
+        for t in range(out_len[i]):
+            src[e] = i
+            dst[e] = out_dst[out_start[i] + t]
+            sid[e] = out_sid[out_start[i] + t]
+            e += 1
+    return new_state(V, src, dst, sid, pool)
 
 
-def _neighbours(E: np.ndarray, v: int):
-    return np.flatnonzero(E[:, v]), np.flatnonzero(E[v, :])
+# ------------------------------------------------------------------------ the door
+class State:
+    """A graph in the middle of an elimination (:meth:`Evaluator.new_state`): the arrays
+    of the module docstring, replaced by bigger ones when a step fills a pool."""
+
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+    @property
+    def key(self) -> int:
+        """A 64-bit hash of the remaining edges and their structures."""
+        return int(self.arrays[_META][2])
+
+    def edges(self) -> dict:
+        """The remaining edges, ``{(src, dst): structure id}``."""
+        start, length, _, dst, sid = self.arrays[:5]
+        return {(i, int(dst[start[i] + t])): int(sid[start[i] + t])
+                for i in range(len(start)) for t in range(length[i])}
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, State) and self.edges() == other.edges()
+
+    __hash__ = None
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
 class Evaluator:
     """Scores orders of one graph with the compiled evaluator (exact integers).
 
-    Attributes:
+    Args:
       graph: the graph.
       convention: the cost convention.
       rule_tables: the graph's rule tables if the caller keeps them (default: built once
         and cached by :func:`alphagrad.rules.tables`).
     """
 
-    graph: Graph
-    convention: str = "exact"
-    rule_tables: object = None
-
-    def __post_init__(self):
-        if not isinstance(self.graph, Graph):
+    def __init__(self, graph: Graph, convention: str = "exact", rule_tables=None):
+        if not isinstance(graph, Graph):
             raise TypeError(f"Evaluator needs an alphagrad.Graph (alphagrad.trace(f, *args)), got "
-                            f"{type(self.graph).__name__}")
-        rl.check_convention(self.convention)
-        T = self.rule_tables if self.rule_tables is not None else rl.tables(self.graph)
-        V = self.graph.num_vertices
-        E = np.zeros((V, V), np.int32)
-        for e in self.graph.edges:
-            E[e.src, e.dst] = T.index(e.structure)
-        object.__setattr__(self, "tables", T)
-        object.__setattr__(self, "edges", E)
-        object.__setattr__(self, "compose", np.ascontiguousarray(T.compose))
-        object.__setattr__(self, "join", np.ascontiguousarray(T.join))
-        object.__setattr__(self, "cost_table", np.ascontiguousarray(T.cost[self.convention]))
+                            f"{type(graph).__name__}")
+        self.graph = graph
+        self.convention = rl.check_convention(convention)
+        T = rule_tables if rule_tables is not None else rl.tables(graph)
+        self.tables = T
+        self.compose = np.ascontiguousarray(T.compose, np.int64)
+        self.join = np.ascontiguousarray(T.join, np.int64)
+        self.cost_table = np.ascontiguousarray(T.cost[convention], np.int64)
+        self._edges = (
+            np.asarray([e.src for e in graph.edges], np.int64),
+            np.asarray([e.dst for e in graph.edges], np.int64),
+            np.asarray([T.index(e.structure) for e in graph.edges], np.int64),
+        )
+        self._pool = 4 * len(graph.edges) + 8 * graph.num_vertices + 64
+        self._state = None
+
+    @property
+    def initial(self):
+        """The graph's state before any elimination (do not modify; see :meth:`new_state`)."""
+        if self._state is None:
+            self._state = new_state(self.graph.num_vertices, *self._edges, self._pool)
+        return self._state
+
+    def grow(self):
+        """Doubles the pools (after an :data:`OVERFLOW`)."""
+        self._pool *= 2
+        self._state = None
+
+    def _retry(self, fn, *args):
+        """``fn(self.initial, *args)``, growing the pools until it does not overflow."""
+        while True:
+            out = fn(self.initial, *args)
+            flag = out[1] if isinstance(out, tuple) else out
+            if flag != OVERFLOW:
+                return out
+            self.grow()
 
     def cost(self, order) -> int:
         """Multiplications of a full order (not validated: see ``Graph.check_order``),
         exact: int64 arithmetic, recounted with Python integers past ``COST_CAP``."""
         order = np.asarray(order, np.int64)
-        total = int(_order_cost(self.edges, self.compose, self.join, self.cost_table, order))
+        total = int(self._retry(order_cost, order, self.compose, self.join, self.cost_table))
         if total >= rl.COST_CAP:
-            E = self.new_state()
+            E = self._exact_state()
             total = sum(self._exact_step(E, int(v)) for v in order)
         return total
 
-    def new_state(self) -> np.ndarray:
-        return self.edges.copy()
+    def new_state(self) -> "State":
+        """A fresh state to eliminate from, one vertex at a time, with :meth:`step`."""
+        return State(copy_state(self.initial))
 
-    def step(self, E: np.ndarray, v: int) -> int:
-        """Eliminates ``v`` from the edge matrix ``E`` in place; returns its exact cost."""
-        n, v = E.shape[0], int(v)
-        col, row = E[:, v].copy(), E[v, :].copy()
-        c = int(_eliminate(E, self.compose, self.join, self.cost_table, v, np.empty(n, np.int64),
-                           np.empty(n, np.int64)))
+    def step(self, state: "State", v: int) -> int:
+        """Eliminates ``v`` from ``state`` in place; returns its exact cost."""
+        v = int(v)
+        preds, succs = self._neighbours(state.arrays, v)
+        V = self.graph.num_vertices
+        while True:  # on a copy, so that a full pool costs a regrow, not the state
+            arrays = copy_state(state.arrays)
+            c = int(eliminate(arrays, v, self.compose, self.join, self.cost_table,
+                              np.zeros(V + 1, np.int64), np.zeros(V, np.int64)))
+            if c != OVERFLOW:
+                break
+            state.arrays = regrow(state.arrays, 2 * state.arrays[_OD].shape[0])
+        state.arrays = arrays
         if c >= rl.COST_CAP:  # the same fill-in; recount the products exactly
             T, conv = self.tables, self.convention
-            c = sum(T.exact_cost(conv, a, b) for b in col[col != 0] for a in row[row != 0])
+            c = sum(T.exact_cost(conv, a, b) for _, b in preds for _, a in succs)
         return c
+
+    def vertex_cost(self, state: "State", v: int) -> int:
+        """The exact cost of eliminating ``v`` from ``state`` now (0 if it has no edges)."""
+        c = int(vertex_cost(state.arrays, int(v), self.cost_table))
+        if c < rl.COST_CAP:
+            return c
+        preds, succs = self._neighbours(state.arrays, int(v))
+        return sum(self.tables.exact_cost(self.convention, a, b) for _, b in preds for _, a in succs)
 
     def markowitz(self) -> list[int]:
         """The order of :func:`alphagrad.baselines.markowitz`: repeatedly the vertex that is
@@ -198,38 +713,76 @@ class Evaluator:
         inter = np.asarray(self.graph.intermediates, np.int64)
         if len(inter) == 0:
             return []
-        order, total = _markowitz_nb(self.edges, self.compose, self.join, self.cost_table, inter)
+        order, total = self._retry(markowitz, inter, self.compose, self.join, self.cost_table)
         if total >= rl.COST_CAP:  # a choice may have compared saturated costs: redo exactly
             return self._exact_markowitz()
         return [int(v) for v in order]
 
-    def vertex_cost(self, E: np.ndarray, v: int) -> int:
-        """The exact cost of eliminating ``v`` from ``E`` now (0 if it has no edges)."""
-        c = int(_vertex_cost(E, self.cost_table, int(v)))
-        return c if c < rl.COST_CAP else self._exact_vertex_cost(E, int(v))
+    def optimal(self) -> tuple[list[int], int]:
+        """The cheapest order and its cost (saturated at ``COST_CAP``), by exhaustive
+        dynamic programming over elimination states: time and memory grow as 2^n."""
+        inter = np.asarray(self.graph.intermediates, np.int64)
+        order, total = self._retry(optimal, inter, self.compose, self.join, self.cost_table)
+        return [int(v) for v in order], int(total)
+
+    def anneal(self, order: np.ndarray, best_order: np.ndarray, moves: int, t0: float, t1: float,
+               seed: int, window: int = 16) -> tuple[int, int, int]:
+        """:func:`anneal` moves on ``order`` (int64, updated in place; the cheapest order
+        seen goes to ``best_order``), growing the pools as needed. Returns ``(current cost,
+        best cost, moves scored)``, costs saturated at ``COST_CAP``."""
+        n = len(order)
+        K = max(4, int(np.sqrt(n)))  # snapshots every K positions: sqrt(n) of them
+        while True:
+            cur, best, scored = anneal(self.initial, self.compose, self.join, self.cost_table, order,
+                                       best_order, int(moves), float(t0), float(max(t1, 1e-9)),
+                                       int(seed), K, int(window))
+            if cur != OVERFLOW:
+                return int(cur), int(best), int(scored)
+            self.grow()
+
+    def dense_matrix(self) -> np.ndarray:
+        """The ``[V, V]`` structure-id matrix of release 0.1.0's dense evaluator."""
+        E = np.zeros((self.graph.num_vertices,) * 2, np.int64)
+        E[self._edges[0], self._edges[1]] = self._edges[2]
+        return E
+
+    @staticmethod
+    def _neighbours(state, v):
+        """``([(pred, sid of pred -> v)], [(succ, sid of v -> succ)])`` of ``v`` in ``state``."""
+        os_, _, _, od, osid, _, is_, il, _, isrc, itw, _ = state
+        preds = [(int(isrc[is_[v] + a]), int(osid[os_[isrc[is_[v] + a]] + itw[is_[v] + a]]))
+                 for a in range(il[v])]
+        succs = [(int(od[os_[v] + b]), int(osid[os_[v] + b])) for b in range(state[_OL][v])]
+        return preds, succs
 
     # -------------------------------------------------- exact paths past COST_CAP (Python)
-    def _exact_vertex_cost(self, E, v) -> int:
-        preds, succs = _neighbours(E, v)
-        T, c = self.tables, self.convention
-        return sum(T.exact_cost(c, E[v, k], E[i, v]) for i in preds for k in succs)
+    def _exact_state(self) -> dict:
+        """The graph as ``{(src, dst): structure id}`` for the pure-Python paths."""
+        return {(int(i), int(k)): int(s) for i, k, s in zip(*self._edges)}
 
-    def _exact_step(self, E, v) -> int:
-        preds, succs = _neighbours(E, v)
-        T, c = self.tables, self.convention
+    def _exact_step(self, E: dict, v: int) -> int:
+        preds = [(i, s) for (i, k), s in E.items() if k == v]
+        succs = [(k, s) for (i, k), s in E.items() if i == v]
+        T, conv = self.tables, self.convention
         total = 0
-        for i in preds:
-            b = E[i, v]
-            for k in succs:
-                a = E[v, k]
-                total += T.exact_cost(c, a, b)
-                E[i, k] = self.join[E[i, k], self.compose[a, b]]
-        E[preds, v] = 0
-        E[v, succs] = 0
+        for i, b in preds:
+            for k, a in succs:
+                total += T.exact_cost(conv, a, b)
+                E[(i, k)] = int(self.join[E.get((i, k), 0), self.compose[a, b]])
+        for i, _ in preds:
+            del E[(i, v)]
+        for k, _ in succs:
+            del E[(v, k)]
         return total
 
+    def _exact_vertex_cost(self, E: dict, v: int) -> int:
+        T, conv = self.tables, self.convention
+        preds = [s for (i, k), s in E.items() if k == v]
+        succs = [s for (i, k), s in E.items() if i == v]
+        return sum(T.exact_cost(conv, a, b) for b in preds for a in succs)
+
     def _exact_markowitz(self) -> list[int]:
-        E = self.new_state()
+        E = self._exact_state()
         remaining = set(self.graph.intermediates)
         order = []
         while remaining:

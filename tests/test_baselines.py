@@ -175,12 +175,22 @@ def test_anneal_refuses_a_bad_iteration_count(small, iterations, error, message)
 
 
 def test_anneal_accepts_numpy_ints_and_zero_iterations(small):
-    start = baselines.reverse(small)
-    assert baselines.anneal(small, iterations=0, start=start) == start
+    big = ag.trace(*_roeflux_1d())
+    start = baselines.reverse(big)
+    assert baselines.anneal(big, iterations=0, start=start) == start
+    # a graph of at most EXACT_LIMIT intermediates is solved exactly, moves or not
+    assert len(small.intermediates) <= baselines.EXACT_LIMIT
+    optimum = ag.cost(small, baselines.optimal(small))
+    assert ag.cost(small, baselines.anneal(small, iterations=0, start=baselines.reverse(small))) == optimum
     assert baselines.anneal(small, iterations=np.int64(50), seed=np.uint32(7)) == \
         baselines.anneal(small, iterations=50, seed=7)
     with pytest.raises(TypeError, match="has no order"):
         baselines.anneal(small, iterations=5, start=set(start))
+
+
+def _roeflux_1d():
+    ex = ag.examples.get("RoeFlux_1d")
+    return (ex.fn, *ex.args)
 
 
 def test_anneal_keeps_to_a_short_budget():
