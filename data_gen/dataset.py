@@ -67,10 +67,8 @@ parameters: resuming with other ones (seed, distributions, ...) is refused; the 
 (``num_random``, ``large``, ...) may change, which adds or drops chunks.
 
 Costs are computed with the compiled CPU evaluator (:mod:`alphagrad.evaluator`, the same
-rule tables and elimination step as the JAX engine) rather than the JAX engine itself: its
-Markowitz search compiles once per (padded vertices, padded structures, steps), seconds to
-a minute each. :func:`markowitz_order` is the same greedy rule (minimal elimination cost
-now, smallest id on ties) and gives the same order as ``baselines.markowitz`` (tested).
+rule tables and elimination step as the JAX engine, and the one Markowitz and exact search
+of ``alphagrad.baselines``).
 Rule tables larger than ``max_structures`` (default 1024) are reported as failures: their
 pure-Python closure takes seconds to minutes, and the engine would pad every graph of a
 batch to them.
@@ -93,10 +91,8 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numba
 import numpy as np
 
-from alphagrad.evaluator import _markowitz_nb, _order_cost  # the compiled kernels
 from data_gen import random_programs as rp
 
 #: Bumped whenever the rows a build writes change (columns, their meaning, the pipeline).
@@ -349,52 +345,6 @@ class BuildConfig:
 # Baseline costs (compiled evaluator).
 
 
-@dataclasses.dataclass(frozen=True)
-class _Problem:
-    """A graph's initial edge matrix and rule tables as numpy arrays (the evaluator's)."""
-
-    E: np.ndarray
-    compose: np.ndarray
-    join: np.ndarray
-    cost: np.ndarray
-    inter: np.ndarray
-    table_size: int
-
-
-def _problem(graph, tables=None, max_structures: int = DEFAULT_MAX_STRUCTURES) -> _Problem:
-    from alphagrad import rules as rl
-
-    T = tables if tables is not None else rl.build_tables(graph.structures, max_structures=max_structures)
-    V = graph.num_vertices
-    E = np.zeros((V, V), np.int32)
-    for e in graph.edges:
-        E[e.src, e.dst] = T.index(e.structure)
-    return _Problem(
-        E, np.ascontiguousarray(T.compose), np.ascontiguousarray(T.join),
-        np.ascontiguousarray(T.cost[CONVENTION]), np.asarray(graph.intermediates, np.int64), T.size,
-    )
-
-
-def markowitz_order(graph, tables=None) -> list[int]:
-    """The order of ``baselines.markowitz(graph)`` (exact convention), computed with the
-    compiled evaluator instead of the JAX engine (no compilation per graph size)."""
-    p = _problem(graph, tables)
-    if len(p.inter) == 0:
-        return []
-    order, _ = _markowitz_nb(p.E, p.compose, p.join, p.cost, p.inter)
-    return [int(v) for v in order]
-
-
-def _optimal_cost(p: _Problem) -> int:
-    from alphagrad import baselines
-
-    n = p.E.shape[0]
-    memo = numba.typed.Dict.empty(numba.types.int64, numba.types.int64)
-    remaining = np.ones(len(p.inter), np.bool_)
-    return int(baselines._solve(p.E.copy(), p.inter, remaining, memo, p.compose, p.join, p.cost,
-                                np.empty(n, np.int64), np.empty(n, np.int64)))
-
-
 def baseline_costs(graph, tables=None, max_structures: int = DEFAULT_MAX_STRUCTURES,
                    optimal_max: int = OPTIMAL_MAX_INTERMEDIATES) -> dict:
     """Multiplications ("exact" convention) of forward, reverse and Markowitz elimination,
@@ -404,20 +354,20 @@ def baseline_costs(graph, tables=None, max_structures: int = DEFAULT_MAX_STRUCTU
     Raises:
       alphagrad.rules.TooManyStructuresError: the rule tables exceed ``max_structures``.
     """
-    p = _problem(graph, tables, max_structures)
-    if len(p.inter) == 0:
-        fwd = rev = mk = 0
-    else:
-        fwd = int(_order_cost(p.E, p.compose, p.join, p.cost, p.inter))
-        rev = int(_order_cost(p.E, p.compose, p.join, p.cost, p.inter[::-1].copy()))
-        mk = int(_markowitz_nb(p.E, p.compose, p.join, p.cost, p.inter)[1])
+    from alphagrad import rules as rl
+    from alphagrad.evaluator import Evaluator
+
+    T = tables if tables is not None else rl.build_tables(graph.structures, max_structures=max_structures)
+    ev = Evaluator(graph, CONVENTION, rule_tables=T)
+    inter = list(graph.intermediates)
+    fwd, rev = ev.cost(inter), ev.cost(inter[::-1])
+    mk = ev.cost(ev.markowitz())
     best = min(fwd, rev, mk)
     opt = None
-    if len(p.inter) <= optimal_max:
-        opt = _optimal_cost(p) if len(p.inter) else 0
-        opt = min(opt, best)  # a state-hash collision could only make the search worse
+    if len(inter) <= optimal_max:
+        opt = min(ev.optimal()[1], best)  # a state-hash collision could only make the search worse
     return {"cost_forward": fwd, "cost_reverse": rev, "cost_markowitz": mk,
-            "cost_optimal": opt, "best_baseline": best, "table_size": p.table_size}
+            "cost_optimal": opt, "best_baseline": best, "table_size": T.size}
 
 
 # --------------------------------------------------------------------------------------
