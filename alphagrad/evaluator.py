@@ -243,8 +243,19 @@ def copy_state(state):
 
 
 @numba.njit(cache=True, nogil=True)
+def snapshot(state):
+    """A copy of ``state`` whose pools hold only their used part (for :func:`restore`)."""
+    top_o = state[_META][0]
+    top_i = state[_META][1]
+    return (state[0].copy(), state[1].copy(), state[2].copy(), state[3][:top_o].copy(),
+            state[4][:top_o].copy(), state[5][:top_o].copy(), state[6].copy(), state[7].copy(),
+            state[8].copy(), state[9][:top_i].copy(), state[10][:top_i].copy(), state[11].copy())
+
+
+@numba.njit(cache=True, nogil=True)
 def restore(dst, src):
-    """Copies state ``src`` into ``dst`` (same pool sizes), the used part of the pools only."""
+    """Copies state ``src`` into ``dst`` (whose pools are at least as long), the used
+    part of the pools only."""
     for a in (_OS, _OL, _OC, _IS, _IL, _IC):
         dst[a][:] = src[a]
     top_o = src[_META][0]
@@ -394,7 +405,7 @@ def _replay(work, snaps, order, lo, hi, K, pcost, phash, compose, join, cost, ma
     run = pcost[c * K]
     for p in range(c * K, n):
         if p % K == 0 and p // K != c:
-            restore(snaps[p // K], work)
+            snaps[p // K] = snapshot(work)
         m = eliminate(work, order[p], compose, join, cost, mark, pos)
         if m < 0:
             return False
@@ -431,11 +442,11 @@ def _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join,
 
 
 @numba.njit(cache=True, nogil=True)
-def anneal(state0, compose, join, cost, order, best_order, iters, t0, t1, seed, K, window):
+def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, K, window):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
-    decays geometrically from ``t0`` to ``t1``; the cheapest order seen goes to
-    ``best_order``. A move swaps two positions or moves one vertex to another position,
-    the second position within ``window`` of the first (one move in eight anywhere).
+    decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
+    cost of ``best_order``) goes to ``best_order``. A move swaps two positions or moves one vertex to another position,
+    the second position within ``window`` of the first (one move in sixteen anywhere).
     Snapshots every ``K`` positions.
 
     Returns ``(current cost, best cost, moves scored)``; the first is :data:`OVERFLOW`
@@ -447,20 +458,21 @@ def anneal(state0, compose, join, cost, order, best_order, iters, t0, t1, seed, 
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     work = copy_state(state0)
-    snaps = [copy_state(state0) for _ in range((n - 1) // K + 1)]
+    snaps = [snapshot(state0) for _ in range((n - 1) // K + 1)]
     pcost = np.zeros(n + 1, np.int64)
     phash = np.zeros(n + 1, np.int64)  # filled by the first pass, which never stops early
     if not _replay(work, snaps, order, 0, n, K, pcost, phash, compose, join, cost, mark, pos):
         return OVERFLOW, OVERFLOW, np.int64(0)
     cur = pcost[n]
-    best = cur
-    best_order[:] = order
+    if cur < best:
+        best = cur
+        best_order[:] = order
     cand = order.copy()
     scored = np.int64(0)
     for it in range(iters):
         temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
         i = np.random.randint(n)
-        if np.random.random() < 0.125:
+        if np.random.random() < 0.0625:
             j = np.random.randint(n)
         else:
             j = min(max(i + np.random.randint(-window, window + 1), 0), n - 1)
@@ -726,15 +738,16 @@ class Evaluator:
         return [int(v) for v in order], int(total)
 
     def anneal(self, order: np.ndarray, best_order: np.ndarray, moves: int, t0: float, t1: float,
-               seed: int, window: int = 16) -> tuple[int, int, int]:
-        """:func:`anneal` moves on ``order`` (int64, updated in place; the cheapest order
-        seen goes to ``best_order``), growing the pools as needed. Returns ``(current cost,
-        best cost, moves scored)``, costs saturated at ``COST_CAP``."""
+               seed: int, window: int = 32) -> tuple[int, int, int]:
+        """:func:`anneal` moves on ``order`` (int64, updated in place; an order seen cheaper
+        than ``best_order`` replaces it), growing the pools as needed. Returns ``(current
+        cost, best cost, moves scored)``, costs saturated at ``COST_CAP``."""
         n = len(order)
-        K = max(4, int(np.sqrt(n)))  # snapshots every K positions: sqrt(n) of them
+        K = max(4, int(np.sqrt(n) / 2))  # snapshots every K positions: 2 sqrt(n) of them
+        best_in = min(self._retry(order_cost, best_order, self.compose, self.join, self.cost_table), _CAP)
         while True:
             cur, best, scored = anneal(self.initial, self.compose, self.join, self.cost_table, order,
-                                       best_order, int(moves), float(t0), float(max(t1, 1e-9)),
+                                       best_order, best_in, int(moves), float(t0), float(max(t1, 1e-9)),
                                        int(seed), K, int(window))
             if cur != OVERFLOW:
                 return int(cur), int(best), int(scored)
