@@ -395,62 +395,60 @@ def optimal(state0, inter, compose, join, cost):
 
 # ------------------------------------------------------------------------ annealing
 @numba.njit(cache=True, nogil=True)
-def _replay(work, snaps, order, lo, hi, K, pcost, phash, compose, join, cost, mark, pos):
-    """Re-eliminates ``order`` from the snapshot before position ``lo`` after a change of
-    positions ``lo..hi``, refreshing snapshots, prefix costs and hashes, until the state
-    meets the previous one again. False if a pool filled up."""
-    n = order.shape[0]
-    c = lo // K
-    restore(work, snaps[c])
-    run = pcost[c * K]
-    for p in range(c * K, n):
-        if p % K == 0 and p // K != c:
-            snaps[p // K] = snapshot(work)
-        m = eliminate(work, order[p], compose, join, cost, mark, pos)
-        if m < 0:
-            return False
-        run = _add(run, m)
-        h = work[_META][2]
-        if p >= hi and h == phash[p + 1]:
-            delta = run - pcost[p + 1]
-            for r in range(p + 1, n + 1):
-                pcost[r] = min(max(pcost[r] + delta, 0), _CAP)
-            return True
-        pcost[p + 1] = run
-        phash[p + 1] = h
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos):
-    """The cost of ``cand`` (the current order with positions ``lo..hi`` changed), or any
-    number above ``threshold`` once it is sure to exceed it; :data:`OVERFLOW`."""
+def _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos,
+           tmp_cost, tmp_hash, tmp_snaps):
+    """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from the
+    snapshot before ``lo``. Returns ``(cost, stop)``: its cost, or any number above
+    ``threshold`` once it is sure to exceed it; ``stop`` is the position after which the
+    state equals the current order's (``n`` if it never did). Prefix costs, hashes and
+    snapshots of ``cand`` up to ``stop`` go to the ``tmp_*`` arrays, for :func:`_accept`.
+    ``(OVERFLOW, 0)`` if a pool filled up."""
     n = cand.shape[0]
     c = lo // K
     restore(work, snaps[c])
     run = pcost[c * K]
     for p in range(c * K, n):
+        if p % K == 0 and p // K != c:
+            tmp_snaps[p // K] = snapshot(work)
         m = eliminate(work, cand[p], compose, join, cost, mark, pos)
         if m < 0:
-            return OVERFLOW
+            return OVERFLOW, 0
         run = _add(run, m)
         if run > threshold:
-            return run
-        if p >= hi and work[_META][2] == phash[p + 1]:
-            return _add(run, pcost[n] - pcost[p + 1])
-    return run
+            return run, p + 1
+        h = work[_META][2]
+        tmp_cost[p + 1] = run
+        tmp_hash[p + 1] = h
+        if p >= hi and h == phash[p + 1]:
+            return _add(run, pcost[n] - pcost[p + 1]), p + 1
+    return run, n
+
+
+@numba.njit(cache=True, nogil=True)
+def _accept(lo, stop, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps):
+    """Makes the candidate :func:`_score` just scored (up to ``stop``) the current order."""
+    n = pcost.shape[0] - 1
+    c = lo // K
+    delta = tmp_cost[stop] - pcost[stop]
+    for q in range(c * K + 1, stop + 1):
+        pcost[q] = tmp_cost[q]
+        phash[q] = tmp_hash[q]
+    for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
+        pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
+    for m in range(c + 1, (stop - 1) // K + 1):
+        snaps[m] = tmp_snaps[m]
 
 
 @numba.njit(cache=True, nogil=True)
 def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, K, window):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
     decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
-    cost of ``best_order``) goes to ``best_order``. A move swaps two positions or moves one vertex to another position,
-    the second position within ``window`` of the first (one move in sixteen anywhere).
-    Snapshots every ``K`` positions.
+    cost of ``best_order``) goes to ``best_order``. A move swaps two positions or moves
+    one vertex to another position, the second position within ``window`` of the first
+    (one move in sixteen anywhere). Snapshots every ``K`` positions.
 
     Returns ``(current cost, best cost, moves scored)``; the first is :data:`OVERFLOW`
-    if a pool filled up (``order`` is then unchanged from the last accepted move).
+    if a pool filled up (``order`` is then the last accepted order).
     """
     np.random.seed(seed)
     n = order.shape[0]
@@ -459,11 +457,21 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     pos = np.zeros(V, np.int64)
     work = copy_state(state0)
     snaps = [snapshot(state0) for _ in range((n - 1) // K + 1)]
+    tmp_snaps = [snaps[0] for _ in range((n - 1) // K + 1)]
     pcost = np.zeros(n + 1, np.int64)
-    phash = np.zeros(n + 1, np.int64)  # filled by the first pass, which never stops early
-    if not _replay(work, snaps, order, 0, n, K, pcost, phash, compose, join, cost, mark, pos):
+    phash = np.zeros(n + 1, np.int64)
+    tmp_cost = np.zeros(n + 1, np.int64)
+    tmp_hash = np.zeros(n + 1, np.int64)
+    phash[0] = state0[_META][2]
+    # the first pass: the current order itself, with no hash to meet (stop = n)
+    for p in range(n + 1):
+        phash[p] = phash[0] - 1 if p > 0 else phash[0]
+    cur, stop = _score(work, snaps, order, 0, n, K, pcost, phash, _CAP, compose, join, cost, mark, pos,
+                       tmp_cost, tmp_hash, tmp_snaps)
+    if cur < 0:
         return OVERFLOW, OVERFLOW, np.int64(0)
-    cur = pcost[n]
+    pcost[n] = tmp_cost[n]  # so that _accept's shift past n is empty
+    _accept(0, n, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps)
     if cur < best:
         best = cur
         best_order[:] = order
@@ -490,16 +498,15 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 cand[p] = order[p - 1]
             cand[j] = order[i]
         threshold = cur - temp * np.log(1.0 - np.random.random())
-        c = _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos)
+        c, stop = _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost,
+                         mark, pos, tmp_cost, tmp_hash, tmp_snaps)
         scored += 1
         if c < 0:
             return OVERFLOW, best, scored
         if c <= threshold:
             order[lo:hi + 1] = cand[lo:hi + 1]
-            if not _replay(work, snaps, order, lo, hi, K, pcost, phash, compose, join, cost, mark, pos):
-                order[lo:hi + 1] = cand[lo:hi + 1]
-                return OVERFLOW, best, scored
-            cur = pcost[n]
+            _accept(lo, stop, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps)
+            cur = c
             if cur < best:
                 best = cur
                 best_order[:] = order
