@@ -23,7 +23,8 @@ from alphagrad import baselines, engine
 from alphagrad.evaluator import Evaluator
 
 
-def _median_time(fn, repeats):
+def median_time(fn, repeats):
+    """Median seconds of `fn()` over `repeats` runs, after one warm-up run (compilation)."""
     fn()  # warm-up (compilation)
     times = []
     for _ in range(repeats):
@@ -53,13 +54,13 @@ def engine_rates(graph, batch, repeats):
     rng = np.random.default_rng(0)
     state = engine.encode(graph)
     one = jax.jit(engine.eliminate_all)
-    t_one = _median_time(lambda: one(state, jnp.asarray(order, jnp.int32))[1].block_until_ready(), repeats)
+    t_one = median_time(lambda: one(state, jnp.asarray(order, jnp.int32))[1].block_until_ready(), repeats)
     orders = jnp.asarray(np.stack([rng.permutation(order) for _ in range(batch)]), jnp.int32)
     many = jax.jit(jax.vmap(engine.eliminate_all, in_axes=(None, 0)))
-    t_many = _median_time(lambda: many(state, orders)[1].block_until_ready(), repeats)
+    t_many = median_time(lambda: many(state, orders)[1].block_until_ready(), repeats)
     ev = Evaluator(graph)
     perms = [rng.permutation(order) for _ in range(200)]
-    t_ev = _median_time(lambda: [ev.cost(p) for p in perms], repeats) / len(perms)
+    t_ev = median_time(lambda: [ev.cost(p) for p in perms], repeats) / len(perms)
     n = len(order)
     return n / t_one, batch * n / t_many, 1.0 / t_ev
 

@@ -35,6 +35,7 @@ import alphagrad as ag
 from alphagrad import baselines
 from alphagrad import evaluator as E
 from alphagrad.evaluator import Evaluator
+from eval.bench_engine import median_time
 
 START, END = "<!-- bench_search:start -->", "<!-- bench_search:end -->"
 PUBLISHED = ["RoeFlux_1d", "RoeFlux_3d", "RobotArm_6DOF", "HumanHeartDipole", "PropaneCombustion",
@@ -73,16 +74,6 @@ LARGE = {
 }
 
 
-def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def throughput(graph, seconds: float) -> dict:
     """Full-order evaluations/s and annealing moves scored/s, old and new, from the same
     start order at the same temperature."""
@@ -91,8 +82,8 @@ def throughput(graph, seconds: float) -> dict:
     dense = ev.dense_matrix()
     tables = (ev.compose, ev.join, ev.cost_table)
     reps = 5
-    t_new = _median(lambda: E.order_cost(ev.initial, start, *tables), reps)
-    t_old = _median(lambda: E.dense_order_cost(dense, *tables, start), reps)
+    t_new = median_time(lambda: E.order_cost(ev.initial, start, *tables), reps)
+    t_old = median_time(lambda: E.dense_order_cost(dense, *tables, start), reps)
     cost = ev.cost(start)
     temp = max(1.0, 0.002 * cost)  # mid-schedule of both annealers
 
