@@ -1,5 +1,6 @@
-"""Training: config errors, learning on a tiny run, exact resume, corrupted checkpoints,
-and data parallelism over two (host-platform) devices."""
+"""Training: config errors, learning on a tiny run, exact resume (inside the warm start, and
+after self-play has wrapped the replay buffer, in process and after a real SIGKILL),
+corrupted checkpoints, and data parallelism over two (host-platform) devices."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import jax
 import numpy as np
@@ -158,9 +161,8 @@ def test_resumed_run_equals_an_uninterrupted_one(data, full_run, interrupted, tm
     out = loop.train(tiny_config(data), workdir, resume=True, progress=False, tensorboard=False)
     for a, b in zip(_params(out), _params(full_run[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    with open(os.path.join(workdir, "metrics.csv")) as f:
-        steps = [int(line.split(",")[0]) for line in f.read().splitlines()[1:]]
-    assert steps == list(range(1, out["step"] + 1))  # no duplicated rows after the resume
+    # optimiser state, replay, metrics (no duplicated rows after the resume) too
+    _assert_same_run(workdir, full_run[0], tiny_config(data))
 
 
 def test_corrupted_latest_checkpoint_falls_back_to_the_previous_one(data, full_run, interrupted, tmp_path):
@@ -176,6 +178,136 @@ def test_corrupted_latest_checkpoint_falls_back_to_the_previous_one(data, full_r
     assert os.path.isdir(os.path.join(workdir, "corrupt_checkpoints", "10"))
     for a, b in zip(_params(out), _params(full_run[1])):  # resumed from step 9: same result
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _final_state(workdir, config):
+    """(step, params, optimiser state, replay, meta) of the newest checkpoint in ``workdir``."""
+    params = loop.init_params(config, loop._key(config, -1))
+    template = {"params": params, "opt_state": loop.optimizer(config).init(params)}
+    manager = loop._manager(workdir, config)
+    try:
+        step, state, replay, meta = loop._restore(manager, workdir, template, config.replay_capacity)
+    finally:
+        manager.close()
+    return step, state, replay, meta
+
+
+def _stored_replay_count(workdir, config):
+    """(step, samples ever added) as the newest checkpoint stores them, read with orbax
+    directly (not through the code under test)."""
+    import orbax.checkpoint as ocp
+
+    manager = loop._manager(workdir, config)
+    try:
+        step = manager.latest_step()
+        replay = manager.restore(step, args=ocp.args.Composite(replay=ocp.args.StandardRestore()))["replay"]
+    finally:
+        manager.close()
+    (bucket,) = replay.values()
+    return step, int(bucket["count"])
+
+
+def _metrics(workdir):
+    import csv
+
+    with open(os.path.join(workdir, "metrics.csv")) as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def _assert_same_run(workdir, reference, config):
+    """Same final parameters, optimiser state, replay buffers and counts, checkpoint
+    metadata and metrics (every column but wall time) as the run in ``reference``."""
+    step, state, replay, meta = _final_state(workdir, config)
+    ref_step, ref_state, ref_replay, ref_meta = _final_state(reference, config)
+    assert step == ref_step == config.warm_start.steps + config.steps
+    flat, tree = jax.tree_util.tree_flatten(jax.device_get(state))
+    ref_flat, ref_tree = jax.tree_util.tree_flatten(jax.device_get(ref_state))
+    assert tree == ref_tree
+    assert len(flat) > len(jax.tree_util.tree_leaves(state["params"]))  # optimiser state included
+    for a, b in zip(flat, ref_flat):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert replay.count == ref_replay.count
+    assert replay.buffers.keys() == ref_replay.buffers.keys()
+    for bucket, buf in replay.buffers.items():
+        assert buf.keys() == ref_replay.buffers[bucket].keys()
+        for k, v in buf.items():
+            np.testing.assert_array_equal(v, ref_replay.buffers[bucket][k], err_msg=f"replay {bucket} {k}")
+    drop = lambda m: {k: v for k, v in m.items() if k != "wall_s"}
+    assert drop(meta) == drop(ref_meta)
+    rows, ref_rows = _metrics(workdir), _metrics(reference)
+    assert [int(r["step"]) for r in rows] == list(range(1, step + 1))
+    assert rows == ref_rows
+
+
+#: The warm start's 12 steps fill the replay buffer with 114 samples; with this capacity
+#: the first self-play step (step 13) wraps it.
+CAPACITY = 128
+
+
+@pytest.fixture(scope="module")
+def full_run_wrapped(data, tmp_path_factory):
+    """An uninterrupted run whose replay buffer wraps during self-play."""
+    workdir = str(tmp_path_factory.mktemp("full_wrapped"))
+    loop.train(tiny_config(data, replay_capacity=CAPACITY), workdir, progress=False, tensorboard=False)
+    return workdir
+
+
+def _kill_after_checkpoint(proc, checkpoints, step, deadline_s=600):
+    """SIGKILLs ``proc`` as soon as a checkpoint of ``step`` or later exists (polled every
+    20 ms); returns whether it did."""
+    deadline = time.time() + deadline_s
+    while time.time() < deadline and proc.poll() is None:
+        done = [int(p.name) for p in checkpoints.glob("*") if p.name.isdigit()] if checkpoints.exists() else []
+        if done and max(done) >= step:
+            proc.send_signal(signal.SIGKILL)
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("resume_in", [
+    "this process",
+    # a second training process (~45 s more on 2 busy cores); the resume is the same call
+    pytest.param("process", marks=pytest.mark.slow),
+])
+def test_resume_after_sigkill_of_a_training_process(data, tmp_path, resume_in, request):
+    """``python -m train`` killed with SIGKILL after self-play wrapped the replay buffer,
+    then resumed (``--resume``): the same run as an uninterrupted one (parameters,
+    optimiser state, replay buffer and count, checkpoint metadata, metrics)."""
+    import concurrent.futures
+
+    config = tiny_config(data, replay_capacity=CAPACITY)
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(config.to_dict()))
+    workdir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "train", "--config", str(cfg_path), "--workdir", str(workdir), "--no-progress"]
+    # the in-process reference runs with the test settings (conftest.py)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    wrapped = config.warm_start.steps + 1  # the first self-play step wraps the buffer
+    with open(tmp_path / "killed.log", "w") as log, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            killed = pool.submit(_kill_after_checkpoint, proc, workdir / "checkpoints", wrapped)
+            reference = request.getfixturevalue("full_run_wrapped")  # meanwhile, on the other core
+            log_tail = lambda: (tmp_path / "killed.log").read_text()[-2000:]
+            assert killed.result(), f"the run ended before it was killed: {log_tail()}"
+            assert proc.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    killed_at, count = _stored_replay_count(str(workdir), config)  # what the resume will restore
+    assert wrapped <= killed_at < config.warm_start.steps + config.steps
+    assert count > CAPACITY and count % CAPACITY  # wrapped, and the next sample does not go to slot 0
+    if resume_in == "process":
+        resumed = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True,
+                                 timeout=900)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert f"resumed from step {killed_at}" in resumed.stderr
+    else:
+        loop.train(config, str(workdir), resume=True, progress=False)
+    _assert_same_run(str(workdir), reference, config)
 
 
 # ---------------------------------------------------------------------------------
