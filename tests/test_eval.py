@@ -252,3 +252,101 @@ def test_targets_are_judged_from_the_records():
     assert learning["measured"] == pytest.approx((0.8 ** 7 * 0.9 ** 3) ** 0.1, abs=1e-4)
     recs[0]["seconds"] = 6.0  # one slow ~100-vertex graph misses the time target
     assert targets.evaluate(recs)[3]["status"] == "missed"
+
+
+# ---------------------------------------------------------------------------------
+# The honesty checks fire: each fault injected into an otherwise clean run.
+
+RESCORED = "every order re-scored by alphagrad.cost equals the cost its method claimed"
+BUDGET = "budgeted methods (and zero-shot) stopped within their budget (+20% + 0.5 s)"
+OPTIMUM = "no order is cheaper than the known optimum"
+
+
+def _anneal_run(data, out, monkeypatch, anneal=None, row_change=None):
+    """anneal@0.2s and the baselines on one small held-out random graph (it has a known
+    optimum), with ``anneal`` and the dataset rows optionally replaced."""
+    if anneal is not None:
+        real = alphagrad.baselines.anneal
+        monkeypatch.setattr(alphagrad.baselines, "anneal", lambda graph, **kw: anneal(real, graph, **kw))
+    if row_change is not None:
+        real_select = R.select_rows
+
+        def select(*args):
+            rows, failures = real_select(*args)
+            return [row_change(dict(r)) for r in rows], failures
+
+        monkeypatch.setattr(R, "select_rows", select)
+    code = cli.main(["--data", data, "--out", out, "--families", "random_heldout", "--methods", "anneal"] + FAST)
+    rep = json.loads(_read(os.path.join(out, "report.json")))
+    return code, rep, {c["check"]: c for c in rep["checks"]}
+
+
+def test_clean_run_passes_every_check(data, tmp_path, monkeypatch):
+    code, rep, checks = _anneal_run(data, str(tmp_path / "r"), monkeypatch)
+    assert code == 0
+    assert {r["method"] for r in rep["records"]} == {"forward", "reverse", "markowitz", "anneal@0.2s"}
+    assert all(r["optimum"] is not None for r in rep["records"])  # the optimum check has work to do
+    for name in (RESCORED, BUDGET, OPTIMUM, "same seed and budgets for every method"):
+        assert checks[name]["status"] == "pass", checks[name]
+
+
+@pytest.mark.parametrize("fault", ["claims one more", "invalid order", "baseline claim"])
+def test_claimed_cost_that_is_not_the_rescored_one_fails_the_check(data, tmp_path, monkeypatch, fault):
+    anneal, row_change = None, None
+    if fault == "claims one more":  # the method's claim is the evaluator's; make it lie
+        real_cost = R._evaluator_cost
+        monkeypatch.setattr(R, "_evaluator_cost", lambda graph, order: real_cost(graph, order) + 1)
+    elif fault == "invalid order":  # one vertex left out: the order cannot be scored
+        anneal = lambda real, graph, **kw: real(graph, **kw)[:-1]
+    else:  # the dataset's claim for a baseline is wrong
+        row_change = lambda r: {**r, "cost_markowitz": r["cost_markowitz"] + 1}
+    code, rep, checks = _anneal_run(data, str(tmp_path / "r"), monkeypatch, anneal, row_change)
+    bad = {r["method"]: r for r in rep["records"] if r["status"] != "ok"}
+    assert checks[RESCORED]["status"] == "FAIL"
+    method = "markowitz" if fault == "baseline claim" else "anneal@0.2s"
+    assert list(bad) == [method]
+    expect = "re-scoring failed" if fault == "invalid order" else "claimed"
+    assert expect in bad[method]["reason"] and expect in checks[RESCORED]["detail"]
+    assert checks[BUDGET]["status"] == "pass" and checks[OPTIMUM]["status"] == "pass"
+    assert "FAIL" in _read(os.path.join(str(tmp_path / "r"), "report.md"))
+
+
+def test_a_method_over_its_budget_is_flagged(data, tmp_path, monkeypatch):
+    import time
+
+    def slow(real, graph, budget_s=None, **kw):
+        if budget_s is not None:  # the timed call, not the untimed warm-up
+            time.sleep(1.2 * budget_s + 0.6)
+            return real(graph, budget_s=budget_s, **kw)
+        return real(graph, **kw)
+
+    code, rep, checks = _anneal_run(data, str(tmp_path / "r"), monkeypatch, anneal=slow)
+    assert code == 0
+    assert checks[BUDGET]["status"] == "WARN"
+    assert "anneal@0.2s" in checks[BUDGET]["detail"] and "0 of 1 runs" in checks[BUDGET]["detail"]
+    assert checks[RESCORED]["status"] == "pass" and checks[OPTIMUM]["status"] == "pass"
+
+
+def test_an_order_below_the_known_optimum_fails_the_check(data, tmp_path, monkeypatch):
+    # a known optimum that is wrong (above every baseline): every method "beats" it
+    code, rep, checks = _anneal_run(data, str(tmp_path / "r"), monkeypatch,
+                                    row_change=lambda r: {**r, "cost_optimal": r["cost_forward"] + 1})
+    assert checks[OPTIMUM]["status"] == "FAIL"
+    assert "anneal@0.2s" in checks[OPTIMUM]["detail"] and "markowitz" in checks[OPTIMUM]["detail"]
+    assert checks[RESCORED]["status"] == "pass" and checks[BUDGET]["status"] == "pass"
+
+
+def test_jacobian_check_fails_on_a_wrong_jacobian(monkeypatch):
+    ex = alphagrad.examples.get("PropaneCombustion")
+    g = alphagrad.trace(ex.fn, *ex.args)
+    order = alphagrad.baselines.reverse(g)
+    assert R.jacobian_check(ex.name, g.fingerprint, order, "reverse")["status"] == "pass"
+    real = alphagrad.jacobian
+
+    def off_by_a_bit(*args, **kwargs):
+        J = real(*args, **kwargs)
+        return lambda *a: jax.tree_util.tree_map(lambda x: x * 1.01, J(*a))
+
+    monkeypatch.setattr(alphagrad, "jacobian", off_by_a_bit)
+    assert R.jacobian_check(ex.name, g.fingerprint, order, "reverse")["status"] == "FAIL"
+    assert R.jacobian_check(ex.name, "0" * 16, order, "reverse")["status"] == "FAIL"  # another graph
