@@ -35,6 +35,13 @@ from alphagrad.graph import Graph
 #: Graphs with at most this many intermediates are solved exactly by :func:`anneal`
 #: (dynamic programming over at most 2**10 states), which then returns at once.
 EXACT_LIMIT = 10
+#: :func:`anneal`'s temperatures at the start and end of its budget, in units of the
+#: start order's mean cost per eliminated vertex (a move re-prices a few eliminations,
+#: so this scale fits graphs of every size; measured on chained RoeFlux graphs).
+T_START, T_END = 3.0, 0.05
+#: Each chunk of :func:`anneal` moves (one full pass to set up, then incremental moves)
+#: runs at least this long, so that setting up stays a small part of short budgets.
+MIN_CHUNK_S = 0.003
 
 # ------------------------------------------------------------------ argument checks
 
@@ -143,10 +150,11 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
     return order
 
 
-def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best):
+def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best, min_chunk_s=0.0):
     """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
-    in chunks of about 1% of ``budget_s`` (sized from the measured speed, never past the
-    end) with the temperature following the elapsed fraction of the budget."""
+    in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
+    measured speed, never past the end) with the temperature following the elapsed
+    fraction of the budget."""
     if iterations is not None:
         return chunk_fn(iterations, t0, t1, seed)
     t_start = time.perf_counter()
@@ -155,14 +163,15 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best):
         frac = (time.perf_counter() - t_start) / budget_s
         if frac >= 1:
             break
+        span = max(0.01 * budget_s, min_chunk_s)
         lo = t0 * (t1 / t0) ** frac
-        hi = t0 * (t1 / t0) ** min(1.0, frac + 0.01)
+        hi = t0 * (t1 / t0) ** min(1.0, frac + span / budget_s)
         before = best
         t_chunk = time.perf_counter()
         best = chunk_fn(chunk, lo, hi, (seed * 1_000_003 + k) % 2**32)
         per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
         left = budget_s - (time.perf_counter() - t_start)
-        chunk = int(min(max(min(0.01 * budget_s, left) / per_move, 1), 10_000_000))
+        chunk = int(min(max(min(span, left) / per_move, 1), 10_000_000))
         k += 1
         if progress and best < before:
             print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
@@ -239,13 +248,14 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         _check_cap(best)
         return best_order
     best_order = order.copy()
-    t0 = max(1.0, 0.02 * ev.cost(order))
-    t1 = max(0.05, 1e-4 * ev.cost(order))
+    per_vertex = ev.cost(order) / n  # a move changes a few eliminations: temperatures scale with one
+    t0 = max(1.0, T_START * per_vertex)
+    t1 = max(0.05, T_END * per_vertex)
 
     def chunk(moves, t_from, t_to, chunk_seed):
         return ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed)[1]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(order))
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(order), MIN_CHUNK_S)
     _check_cap(best)
     return [int(v) for v in best_order]
 
