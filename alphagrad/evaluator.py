@@ -463,14 +463,11 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     tmp_cost = np.zeros(n + 1, np.int64)
     tmp_hash = np.zeros(n + 1, np.int64)
     phash[0] = state0[_META][2]
-    # the first pass: the current order itself, with no hash to meet (stop = n)
-    for p in range(n + 1):
-        phash[p] = phash[0] - 1 if p > 0 else phash[0]
+    # the first pass scores the order itself as a change of every position (stop = n)
     cur, stop = _score(work, snaps, order, 0, n, K, pcost, phash, _CAP, compose, join, cost, mark, pos,
                        tmp_cost, tmp_hash, tmp_snaps)
     if cur < 0:
         return OVERFLOW, OVERFLOW, np.int64(0)
-    pcost[n] = tmp_cost[n]  # so that _accept's shift past n is empty
     _accept(0, n, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps)
     if cur < best:
         best = cur
