@@ -40,7 +40,7 @@ def test_incremental_scores_equal_full_rescoring_on_benchmarks(name):
         _check_incremental(g, seed, hot=hot)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(seed=hst.integers(0, 10_000), ops=hst.integers(12, 60))
 def test_incremental_scores_equal_full_rescoring_on_random_programs(seed, ops):
     spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
