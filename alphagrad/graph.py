@@ -27,6 +27,31 @@ class Edge:
     structure: st.Structure
 
 
+@dataclasses.dataclass(frozen=True)
+class Branch:
+    """Which branch of a ``lax.cond``/``lax.switch`` the traced graph contains.
+
+    Attributes:
+      primitive: the JAX primitive (``cond``; ``lax.switch`` is a ``cond`` too).
+      source: the user's source line of the call (with the loop iteration, if any).
+      taken: the index of the branch taken (for ``lax.cond``: 1 = ``true_fun``).
+      count: how many branches there are.
+      on_arguments: whether the choice depends on the function's argument values (so
+        another point may take another branch); only these enter the fingerprint.
+    """
+
+    primitive: str
+    source: str
+    taken: int
+    count: int
+    on_arguments: bool
+
+    def describe(self, taken: int | None = None) -> str:
+        k = self.taken if taken is None else taken
+        which = {0: " (false_fun of lax.cond)", 1: " (true_fun of lax.cond)"}.get(k, "") if self.count == 2 else ""
+        return f"branch {k} of {self.count}{which} of the `{self.primitive}` at {self.source}"
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Graph:
     """A traced function as a graph of vertices (values) and edges (local Jacobians).
@@ -45,6 +70,8 @@ class Graph:
         float array, so not differentiable).
       output_vertices: per flattened output leaf, its vertex.
       in_tree, out_tree: the pytree structures of the arguments and the outputs.
+      branches: per ``lax.cond``/``lax.switch`` met while tracing, in program order, the
+        :class:`Branch` the graph contains (the one taken at the traced point).
       program: what the interpreter needs to evaluate the function and its local
         Jacobians (see ``alphagrad.trace``); not part of the graph's identity.
     """
@@ -58,6 +85,7 @@ class Graph:
     output_vertices: tuple
     in_tree: Any = None
     out_tree: Any = None
+    branches: tuple = ()
     program: Any = dataclasses.field(default=None, repr=False)
 
     # ---------------------------------------------------------------- basic facts
@@ -98,9 +126,12 @@ class Graph:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """A hash of everything that determines elimination costs (shapes, kinds, edges).
+        """A hash of everything that determines elimination costs (shapes, kinds, edges),
+        and of the branches taken where that choice depends on the argument values.
 
-        Two graphs with the same fingerprint accept the same orders at the same costs.
+        Two graphs with the same fingerprint accept the same orders at the same costs;
+        two points of a function that take different branches of a ``lax.cond`` give
+        different fingerprints even where the branches' graphs look alike.
         """
         payload = {
             "shapes": [list(s) for s in self.shapes],
@@ -112,6 +143,9 @@ class Graph:
                 for e in self.edges
             ],
         }
+        chosen = [[b.taken, b.count] for b in self.branches if b.on_arguments]
+        if chosen:  # absent otherwise, so graphs without such branches keep their hashes
+            payload["branches"] = chosen
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     # ---------------------------------------------------------------- display
@@ -127,6 +161,8 @@ class Graph:
             "intermediate primitives: "
             + ", ".join(f"{n} {p}" for p, n in prims.most_common()),
         ]
+        for b in self.branches:
+            lines.append(f"takes {b.describe()}" + (" (chosen by the argument values)" if b.on_arguments else ""))
         for v in range(min(self.num_vertices, max_rows)):
             shape = "x".join(map(str, self.shapes[v])) or "scalar"
             lines.append(
@@ -189,8 +225,8 @@ class Graph:
             raise ValueError(
                 f"the order contains vertices that are not intermediates of this graph: "
                 f"{kinds}; intermediates are {self.intermediates[:3]}...{self.intermediates[-3:]}"
-                f" (was the order computed for another graph? this graph is {self.fingerprint}); "
-                f"{how}"
+                f" (was the order computed for another graph? this graph is {self.fingerprint}"
+                f"{self._branch_note()}); {how}"
             )
         counts = collections.Counter(order)
         dups = sorted(v for v, n in counts.items() if n > 1)
@@ -205,12 +241,38 @@ class Graph:
             )
         return order
 
+    def _branch_note(self) -> str:
+        chosen = [b for b in self.branches if b.on_arguments]
+        if not chosen:
+            return ""
+        return (f", traced at a point that takes {chosen[0].describe()}"
+                + (f" and {len(chosen) - 1} more argument-dependent branches" if len(chosen) > 1 else "")
+                + ": an order made at a point that takes another branch does not fit, compute one "
+                  "at these arguments")
+
+    def branch_mismatch(self, other: "Graph") -> str | None:
+        """Why an order made for this graph does not fit ``other``, a graph of the same
+        function traced at a point that takes another branch (None if none differs).
+
+        For the caller that holds both graphs (e.g. a Jacobian re-traced at new arguments).
+        """
+        for mine, theirs in zip(self.branches, other.branches):
+            if mine.source != theirs.source:
+                break
+            if mine.taken != theirs.taken:
+                return (f"this order was made for {mine.describe()}; at these arguments "
+                        f"{theirs.describe()} is taken: compute an order for them "
+                        f"(e.g. alphagrad.trace(f, *args) at these arguments)")
+        return None
+
     # ---------------------------------------------------------------- serialization
     def to_arrays(self) -> dict:
         """The graph as plain arrays (what the dataset stores and the engine reads)."""
         structs = self.structures
         index = {s: k for k, s in enumerate(structs)}
-        return {
+        chosen = [[b.taken, b.count] for b in self.branches if b.on_arguments]
+        extra = {"branches": chosen} if chosen else {}  # what the fingerprint hashes of them
+        return {**extra,
             "shapes": [list(s) for s in self.shapes],
             "kinds": np.asarray(self.kinds, np.int8),
             "edges": np.asarray(
@@ -234,7 +296,8 @@ class Graph:
         shapes = tuple(tuple(int(n) for n in s) for s in arrays["shapes"])
         kinds = tuple(int(k) for k in arrays["kinds"])
         edges = tuple(Edge(int(a), int(b), structs[int(s)]) for a, b, s in np.asarray(arrays["edges"]).reshape(-1, 3))
-        return cls(
+        branches = tuple(Branch("cond", "", int(t), int(n), True) for t, n in arrays.get("branches", ()))
+        return cls(branches=branches,
             shapes=shapes, dtypes=("float32",) * len(shapes), kinds=kinds, edges=edges,
             sources=("",) * len(shapes), input_vertices=tuple(v for v, k in enumerate(kinds) if k == INPUT),
             output_vertices=tuple(v for v, k in enumerate(kinds) if k == OUTPUT),

@@ -13,6 +13,24 @@ input tangents to output tangents (the JVP rule; for ``custom_vjp`` the transpos
 VJP rule, as ``jax.linear_transpose`` gives it) is traced and inlined, with everything it
 computes from the primal values held constant. So the Jacobian is the one ``jax.jacrev``
 gives, with the sparsity of the rule.
+
+Control flow with live (differentiated) operands is resolved at trace time:
+
+* ``lax.scan`` (and ``fori_loop`` with Python-int bounds, which JAX writes as a scan) is
+  unrolled: each iteration's equations are inlined, ``xs[i]`` taken with ``slice`` +
+  ``squeeze`` and the ``ys`` stacked with ``broadcast_in_dim`` + ``concatenate``;
+  vertex sources say which iteration (``sin at f.py:12 (step) [iteration 3 of 5, scan at
+  f.py:20]``). ``reverse`` and ``length`` are honoured, ``unroll`` is irrelevant.
+* ``lax.while_loop`` is unrolled when its predicate depends on constants only (a counter
+  from literal bounds): the predicate is evaluated on concrete values each iteration.
+  A predicate that depends on an argument (a traced trip count) is refused.
+* ``lax.cond``/``lax.switch``: the graph is the branch taken at the example arguments;
+  the index is computed from the concrete arguments (only the equations it depends on are
+  evaluated) and recorded in :attr:`Graph.branches`, which the fingerprint includes.
+
+Concrete values are used for nothing else: without control flow only shapes and dtypes
+matter. Unrolling stops with a :class:`TraceError` once the program exceeds
+``max_equations`` (default :data:`MAX_EQUATIONS`).
 """
 
 from __future__ import annotations
@@ -27,7 +45,12 @@ from jax._src import source_info_util
 
 from alphagrad import primitives as prim
 from alphagrad import structure as st
-from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Edge, Graph
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Branch, Edge, Graph
+
+#: Default limit on the equations of a traced program with unrolled loops (see ``trace``'s
+#: ``max_equations``): about 20x the largest graphs the search is measured on, and some
+#: seconds of tracing. Checked while unrolling, so programs without loops are not limited.
+MAX_EQUATIONS = 100_000
 
 #: Primitives whose sub-jaxpr is inlined, with the parameter that holds it.
 _INLINE = {
@@ -46,14 +69,8 @@ _CUSTOM_RULE = ("custom_jvp_call", "custom_vjp_call")
 #: Primitives linear in each operand separately (so in at most one tangent operand).
 _BILINEAR = {"mul": (0, 1), "dot_general": (0, 1), "conv_general_dilated": (0, 1), "div": (0,)}
 
-_CONTROL_FLOW = {
-    "cond": "`lax.cond`/`jnp.where` on traced predicates with branches: use `jnp.where` "
-    "(select) on both branches instead",
-    "while": "`lax.while_loop` (and `fori_loop` with traced bounds): use a Python loop "
-    "or `fori_loop` with static bounds and `unroll=True`",
-    "scan": "`lax.scan` (and `fori_loop` with static bounds): unroll it with a Python "
-    "loop or `unroll=True`",
-}
+#: Control flow resolved at trace time when an operand is differentiated (see the module doc).
+_CONTROL_FLOW = ("scan", "while", "cond")
 
 
 _COMPLEX = (
@@ -64,6 +81,12 @@ _COMPLEX = (
 
 class TraceError(ValueError):
     """The function or its arguments cannot be turned into a graph."""
+
+
+class ConcreteValuesNeeded(TraceError):
+    """A ``lax.cond``/``lax.switch`` chooses its branch from argument values, and the
+    arguments were given as shapes only (``jax.ShapeDtypeStruct``, or tracers under
+    ``jax.jit``/``jax.vmap``): trace again at concrete example values."""
 
 
 @dataclasses.dataclass
@@ -94,6 +117,33 @@ class Program:
     edge_sources: dict
     output_copies: dict
     output_slots: tuple
+    #: per entry of ``Graph.branches``: ``(slot of its branch index, number of branches)``
+    #: if the index depends on the argument values, else None; and the steps computing them.
+    branch_slots: tuple = ()
+    branch_steps: tuple = ()
+
+    def branches_at(self, leaves) -> tuple:
+        """Per ``Graph.branches`` entry, the branch index taken at ``leaves`` (the
+        flattened arguments) where the choice depends on the arguments, else None.
+        Evaluates only the steps those indices need (compare with ``Branch.taken``, in
+        order: an entry after the first that differs may lie in a branch not taken)."""
+        if any(isinstance(l, (jax.ShapeDtypeStruct, jax.core.Tracer)) for l in leaves):
+            raise ConcreteValuesNeeded(
+                "this function takes a lax.cond/lax.switch branch chosen by its argument values, "
+                "so its graph depends on those values; call it at concrete arguments (not under "
+                "jax.jit, jax.vmap or with ShapeDtypeStructs)")
+        slots = dict(zip(self.input_slots, leaves))
+        read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
+        for k in self.branch_steps:
+            step = self.steps[k]
+            for o, v in zip(step.outputs, step.equation.bind(*[read(r) for r in step.inputs])):
+                slots[o] = v
+        return tuple(None if b is None else _clamp(read(b[0]), b[1]) for b in self.branch_slots)
+
+
+def _clamp(index, count) -> int:
+    """The branch ``lax.cond`` takes for ``index`` (clamped into range, as JAX does)."""
+    return min(max(int(np.asarray(index)), 0), count - 1)
 
 
 def _source(eqn, fallback: str = "an unknown place") -> str:
@@ -126,12 +176,16 @@ def _check_args(f, args):
                     "inside with lax.complex only where the result is real again"))
 
 
-def trace(f, *args) -> Graph:
+def trace(f, *args, max_equations: int | None = None) -> Graph:
     """Traces ``f(*args)`` into its computational graph.
 
     Args:
       f: a JAX function of arrays (pytrees allowed, several positional arguments).
-      *args: example arguments; only their shapes and dtypes matter.
+      *args: example arguments; only their shapes and dtypes matter, except where a
+        ``lax.cond``/``lax.switch`` chooses its branch from their values: the graph is
+        then the branch taken at these values (see :attr:`Graph.branches`).
+      max_equations: the most equations the program may reach while loops are unrolled
+        (default :data:`MAX_EQUATIONS`, read at call time).
 
     Returns:
       The :class:`Graph`: every float array the function computes from its inputs and
@@ -141,18 +195,24 @@ def trace(f, *args) -> Graph:
     Raises:
       TypeError: ``f`` is not callable or an argument is not an array.
       TraceError: no output depends on an input, or an output is an integer.
+        Also: a loop whose trip count depends on an argument, a loop unrolled past
+        ``max_equations``, a branch chosen by arguments given as shapes only
+        (:class:`ConcreteValuesNeeded`).
       alphagrad.primitives.UnsupportedPrimitiveError: a primitive without a Jacobian
-        rule (named, with the source line), including control flow.
+        rule (named, with the source line).
     """
     _check_args(f, args)
     closed, out_shape = jax.make_jaxpr(f, return_shape=True)(*args)
-    in_leaves, in_tree = jax.tree_util.tree_flatten(args)
+    in_paths, in_tree = jax.tree_util.tree_flatten_with_path(args)
     _out_leaves, out_tree = jax.tree_util.tree_flatten(out_shape)
-    builder = _Builder()
+    builder = _Builder(MAX_EQUATIONS if max_equations is None else int(max_equations))
     input_slots = []
-    for leaf, var in zip(in_leaves, closed.jaxpr.invars):
+    for (path, leaf), var in zip(in_paths, closed.jaxpr.invars):
         slot = builder.new_slot(var.aval)
         input_slots.append(slot)
+        builder.arg_name[slot] = f"argument {jax.tree_util.keystr(path)}"
+        abstract = isinstance(leaf, (jax.ShapeDtypeStruct, jax.core.Tracer))
+        builder.known[slot] = (None if abstract else jnp.asarray(leaf, var.aval.dtype), frozenset([slot]))
         if prim.is_float(var.aval.dtype):
             builder.vertex_of[slot] = builder.new_vertex(slot, INPUT, "input")
     out_slots = builder.inline(closed.jaxpr, list(closed.consts), input_slots)
@@ -207,27 +267,36 @@ def _tangent_map(eqn, live_args, name, source):
     return tangent_map
 
 
-def _check_linear(eqn, argnums, rule_source):
-    """Inside a custom rule's tangent map, ``eqn`` must be linear in its tangent operands."""
+def _check_linear(e: prim.Equation, argnums, rule_source):
+    """Inside a custom rule's tangent map, ``e`` must be linear in its tangent operands."""
     from jax._src.interpreters import ad
 
-    name = eqn.primitive.name
+    name = e.name
     if name in _BILINEAR:
         ok = len(argnums) == 1 and argnums[0] in _BILINEAR[name]
     else:
-        ok = eqn.primitive in ad.primitive_transposes or eqn.primitive in ad.fancy_transposes
+        ok = e.primitive in ad.primitive_transposes or e.primitive in ad.fancy_transposes
     if not ok:
         raise TraceError(
             f"{rule_source} applies `{name}` to the tangent non-linearly (at "
-            f"{_source(eqn)}), so it defines no Jacobian; jax.jacrev rejects it too. Make the "
+            f"{e.source}), so it defines no Jacobian; jax.jacrev rejects it too. Make the "
             f"rule linear in its tangents"
         )
 
 
 class _Builder:
-    def __init__(self):
+    def __init__(self, max_equations: int = MAX_EQUATIONS):
+        self.max_equations = max_equations
         self.avals: list = []  # per slot
         self.steps: list[Step] = []
+        self.producer: dict[int, int] = {}  # slot -> the step that writes it
+        # slot -> (its value at the example arguments, or None where an argument it needs
+        # was given as a shape only; the input slots it depends on). Filled on demand.
+        self.known: dict[int, tuple] = {}
+        self.arg_name: dict[int, str] = {}  # input slot -> "argument [0]['W']"
+        self.context: list[str] = []  # enclosing loop iterations and branches, outermost first
+        self.branches: list[Branch] = []
+        self.branch_slots: list = []  # per branch: (index slot, count) if it depends on arguments
         self.vertex_of: dict[int, int] = {}  # slot -> provisional vertex
         self.vertex_slot: list[int] = []
         self.vertex_kind: list[int] = []
@@ -274,6 +343,8 @@ class _Builder:
             where = _source(eqn, source)
             if name in _CUSTOM_RULE and any(self._live(i, live) for i in ins):
                 outs = self.custom_rule(eqn, ins, where, live)
+            elif name in _CONTROL_FLOW and any(self._live(i, live) for i in ins):
+                outs = getattr(self, f"_{name}")(eqn, ins, where, live)
             elif name in _INLINE or name in _CUSTOM_RULE:
                 sub = eqn.params[_INLINE.get(name, "call_jaxpr")]
                 if isinstance(sub, jex.core.ClosedJaxpr):
@@ -300,11 +371,20 @@ class _Builder:
             in_literals=tuple(i[1] if isinstance(i, tuple) else None for i in ins),
             out_shapes=tuple(tuple(a.shape) for a in out_avals),
             out_dtypes=tuple(a.dtype for a in out_avals),
-            source=source,
+            source=source + self._suffix(),
         )
+        return self._append(e, ins, out_avals)
+
+    def _append(self, e: prim.Equation, ins, out_avals) -> list:
         outs = [self.new_slot(a) for a in out_avals]
+        for o in outs:
+            self.producer[o] = len(self.steps)
         self.steps.append(Step(e, tuple(ins), tuple(outs)))
         return outs
+
+    def _suffix(self) -> str:
+        """Where in the unrolled loops and branches the equations being added are."""
+        return "".join(f" [{c}]" for c in self.context)
 
     def custom_rule(self, eqn, ins, source, live) -> list:
         """A ``custom_jvp``/``custom_vjp`` call, differentiated by its own rule.
@@ -358,26 +438,34 @@ class _Builder:
         return outs
 
     def apply(self, eqn, ins, outer_source, live=None) -> list:
+        """Adds ``eqn`` applied to ``ins``: a step, and a vertex per result that depends
+        on a live operand, with an edge per live operand and its Jacobian structure."""
+        return self._add(eqn.primitive, dict(eqn.params), ins, [v.aval for v in eqn.outvars],
+                         _source(eqn, outer_source) + self._suffix(), live,
+                         [a.aval for a in eqn.invars], outer_source)
+
+    def _add(self, primitive, params, ins, out_avals, source, live=None, in_avals=None,
+             outer_source=None) -> list:
+        """Adds ``primitive`` applied to ``ins`` (see :meth:`apply`); ``outer_source``
+        names the custom rule being inlined, for its linearity check."""
         live = self.vertex_of if live is None else live
-        name = eqn.primitive.name
-        source = _source(eqn, outer_source)
-        in_avals = [a.aval for a in eqn.invars]
+        name = primitive.name
+        in_avals = [self.aval(i) for i in ins] if in_avals is None else in_avals
         e = prim.Equation(
-            primitive=eqn.primitive,
-            params=dict(eqn.params),
+            primitive=primitive,
+            params=params,
             in_shapes=tuple(tuple(a.shape) for a in in_avals),
             in_dtypes=tuple(a.dtype for a in in_avals),
             in_literals=tuple(i[1] if isinstance(i, tuple) else None for i in ins),
-            out_shapes=tuple(tuple(v.aval.shape) for v in eqn.outvars),
-            out_dtypes=tuple(v.aval.dtype for v in eqn.outvars),
+            out_shapes=tuple(tuple(a.shape) for a in out_avals),
+            out_dtypes=tuple(a.dtype for a in out_avals),
             source=source,
         )
         # A no-op (same-dtype conversion, copy, same-shape reshape) is its operand.
-        if len(ins) >= 1 and len(eqn.outvars) == 1 and self._is_noop(e):
+        if len(ins) >= 1 and len(out_avals) == 1 and self._is_noop(e):
             return [ins[0]]
-        outs = [self.new_slot(v.aval) for v in eqn.outvars]
         step = len(self.steps)
-        self.steps.append(Step(e, tuple(ins), tuple(outs)))
+        outs = self._append(e, ins, out_avals)
         live_args = [(k, live[i]) for k, i in enumerate(ins) if self._live(i, live)]
         if not live_args:
             return outs  # constant: folded, no vertex
@@ -387,12 +475,8 @@ class _Builder:
                     what=f"`{name}` at {source} makes a value that depends on an input and",
                     dtype=dtype, fix="write that computation in real arithmetic (real and "
                     "imaginary parts as separate real arrays)"))
-        if name in _CONTROL_FLOW:
-            raise prim.UnsupportedPrimitiveError(
-                f"control flow `{name}` at {source} is not supported: {_CONTROL_FLOW[name]}"
-            )
         if live is not self.vertex_of:
-            _check_linear(eqn, [k for k, _ in live_args], outer_source)
+            _check_linear(e, [k for k, _ in live_args], outer_source or source)
         per_out: dict[int, list] = {}
         for argnum, src in live_args:
             for outnum, s in enumerate(prim.structures(e, argnum)):
@@ -403,6 +487,171 @@ class _Builder:
             live[outs[outnum]] = v
             for src, s, argnum in incoming:
                 self.edges.setdefault((src, v), []).append((s, step, argnum, outnum))
+        return outs
+
+    # ------------------------------------------------------------------ control flow
+    def _concrete(self, ref) -> tuple:
+        """``(value, inputs)`` of a slot or literal: its value at the example arguments
+        (None where an argument it needs was given as a shape only) and the input slots
+        it depends on. Evaluates, once each, only the steps it needs."""
+        if isinstance(ref, tuple):
+            return ref[1], frozenset()
+        need, stack = set(), [ref]
+        while stack:
+            slot = stack.pop()
+            if slot in self.known or self.producer[slot] in need:
+                continue
+            need.add(self.producer[slot])
+            stack.extend(r for r in self.steps[self.producer[slot]].inputs if not isinstance(r, tuple))
+        for k in sorted(need):  # steps are in program order, so operands come first
+            step = self.steps[k]
+            got = [(r[1], frozenset()) if isinstance(r, tuple) else self.known[r] for r in step.inputs]
+            deps = frozenset().union(*(d for _, d in got))
+            if any(v is None for v, _ in got):
+                values = [None] * len(step.outputs)
+            else:
+                values = step.equation.bind(*[v for v, _ in got])
+            for o, v in zip(step.outputs, values):
+                self.known[o] = (v, deps)
+        return self.known[ref]
+
+    def _names(self, inputs) -> str:
+        return ", ".join(sorted(self.arg_name[s] for s in inputs))
+
+    def _check_size(self, name, where, done, total, start):
+        """Refuses to unroll further once the program passes ``max_equations`` (for a
+        scan, as soon as its remaining iterations at the pace so far would pass it)."""
+        n = len(self.steps)
+        projected = n if total is None else n + (n - start) * (total - done) // max(done, 1)
+        if projected <= self.max_equations:
+            return
+        iterations = "" if total is None else f" ({total} iterations)"
+        reach = (f"makes the program {n:,} equations" if projected == n else
+                 f"would make the program about {projected:,} equations ({n:,} after {done} of them)")
+        raise TraceError(
+            f"unrolling the `{name}` at {where}{self._suffix()}{iterations} {reach}, over the "
+            f"limit of {self.max_equations:,} ({len(self.vertex_slot):,} vertices so far): alphagrad "
+            f"unrolls loops into the graph, and a graph this size is slow to trace, search and "
+            f"differentiate. Differentiate fewer iterations (e.g. one step, chaining the step "
+            f"Jacobians yourself), or raise the limit: alphagrad.trace(f, *args, max_equations=N) "
+            f"(alphagrad.jacobian uses the default, MAX_EQUATIONS in the module alphagrad.trace)"
+        )
+
+    def _scan(self, eqn, ins, where, live) -> list:
+        """``lax.scan`` (``fori_loop`` with static bounds), unrolled: one inlined body per
+        iteration, ``xs[i]`` by slice + squeeze, ``ys`` stacked by concatenate."""
+        p = eqn.params
+        body, length, n_consts, n_carry = p["jaxpr"], p["length"], p["num_consts"], p["num_carry"]
+        consts, carry = list(ins[:n_consts]), list(ins[n_consts:n_consts + n_carry])
+        xs = list(ins[n_consts + n_carry:])
+        ys_avals = [v.aval for v in eqn.outvars[n_carry:]]
+        ys = [[None] * length for _ in ys_avals]
+        start = len(self.steps)
+        for it in range(length):
+            i = length - 1 - it if p["reverse"] else it
+            self.context.append(f"iteration {it} of {length}, scan at {where}")
+            source = where + self._suffix()
+            x_i = [self._row(x, i, source, live) for x in xs]
+            outs = self.inline(body.jaxpr, list(body.consts), consts + carry + x_i, where, live)
+            carry = outs[:n_carry]
+            for k, y in enumerate(outs[n_carry:]):
+                ys[k][i] = y
+            self.context.pop()
+            self._check_size("scan", where, it + 1, length, start)
+        source = f"stacking the ys of the scan at {where}{self._suffix()}"
+        return carry + [self._stack(pieces, aval, source, live) for pieces, aval in zip(ys, ys_avals)]
+
+    def _row(self, x, i, source, live):
+        """``x[i]`` along the leading axis."""
+        if isinstance(x, tuple):
+            return ("literal", x[1][i])
+        aval = self.aval(x)
+        rest = tuple(aval.shape[1:])
+        if aval.shape[0] != 1:
+            (x,) = self._add(jax.lax.slice_p, {"start_indices": (i,) + (0,) * len(rest),
+                                               "limit_indices": (i + 1,) + rest,
+                                               "strides": (1,) * (len(rest) + 1)},
+                             [x], [jax.ShapeDtypeStruct((1,) + rest, aval.dtype)], source, live)
+        (x,) = self._add(jax.lax.squeeze_p, {"dimensions": (0,)}, [x],
+                         [jax.ShapeDtypeStruct(rest, aval.dtype)], source, live)
+        return x
+
+    def _stack(self, pieces, aval, source, live):
+        """The per-iteration ``pieces`` stacked along a new leading axis (``aval``)."""
+        shape, dtype = tuple(aval.shape), aval.dtype
+        one = (1,) + shape[1:]
+        rows = []
+        for y in pieces:
+            if isinstance(y, tuple):
+                rows.append(("literal", np.asarray(y[1], dtype).reshape(one)))
+            else:
+                rows += self._add(jax.lax.broadcast_in_dim_p,
+                                  {"shape": one, "broadcast_dimensions": tuple(range(1, len(shape))),
+                                   "sharding": None},
+                                  [y], [jax.ShapeDtypeStruct(one, dtype)], source, live)
+        if not rows:
+            return ("literal", np.zeros(shape, dtype))
+        if all(isinstance(r, tuple) for r in rows):
+            return ("literal", np.concatenate([r[1] for r in rows]))
+        if len(rows) == 1:
+            return rows[0]
+        (out,) = self._add(jax.lax.concatenate_p, {"dimension": 0}, rows,
+                           [jax.ShapeDtypeStruct(shape, dtype)], source, live)
+        return out
+
+    def _while(self, eqn, ins, where, live) -> list:
+        """``lax.while_loop`` whose predicate depends on constants only, unrolled: the
+        predicate is evaluated on concrete values before each iteration."""
+        p = eqn.params
+        cond, body = p["cond_jaxpr"], p["body_jaxpr"]
+        nc, nb = p["cond_nconsts"], p["body_nconsts"]
+        cond_consts, body_consts, carry = list(ins[:nc]), list(ins[nc:nc + nb]), list(ins[nc + nb:])
+        start, it = len(self.steps), 0
+        while True:
+            self.context.append(f"iteration {it}, while at {where}")
+            # The predicate is not differentiated: its steps are values only.
+            (pred,) = self.inline(cond.jaxpr, list(cond.consts), cond_consts + carry, where, {})
+            value, deps = self._concrete(pred)
+            self.context.pop()
+            if deps:
+                raise TraceError(
+                    f"`while` at {where}{self._suffix()}: its trip count depends on "
+                    f"{self._names(deps)} (a loop with a traced trip count), so the graph would "
+                    f"change with its value and cannot be unrolled (jax.jacrev cannot "
+                    f"differentiate such a loop either); make the trip count static: Python-int "
+                    f"bounds for lax.fori_loop (constants or a closure, not arguments: e.g. "
+                    f"functools.partial(f, n=10)), or lax.scan with a fixed length"
+                )
+            if not bool(np.asarray(value)):
+                return carry
+            self.context.append(f"iteration {it}, while at {where}")
+            carry = self.inline(body.jaxpr, list(body.consts), body_consts + carry, where, live)
+            self.context.pop()
+            it += 1
+            self._check_size("while", where, it, None, start)
+
+    def _cond(self, eqn, ins, where, live) -> list:
+        """``lax.cond``/``lax.switch``: the branch taken at the example arguments, recorded
+        in ``Graph.branches``."""
+        branches = eqn.params["branches"]
+        index, ops = ins[0], list(ins[1:])
+        value, deps = self._concrete(index)
+        if value is None:
+            raise ConcreteValuesNeeded(
+                f"`cond` (lax.cond/lax.switch) at {where}{self._suffix()}: which branch is taken "
+                f"depends on {self._names(deps)}, given as a shape only (a jax.ShapeDtypeStruct, "
+                f"or a tracer under jax.jit/jax.vmap), so it cannot be decided at trace time. "
+                f"alphagrad's graph of a branch is the branch taken at the example point: trace "
+                f"at concrete example values (and take Jacobians outside jax.jit), or compute "
+                f"both branches and choose with jnp.where"
+            )
+        taken = _clamp(value, len(branches))
+        self.branches.append(Branch("cond", where + self._suffix(), taken, len(branches), bool(deps)))
+        self.branch_slots.append((index, len(branches)) if deps else None)
+        self.context.append(f"branch {taken} of {len(branches)}, cond at {where}")
+        sub = branches[taken]
+        outs = self.inline(sub.jaxpr, list(sub.consts), ops, where, live)
+        self.context.pop()
         return outs
 
     @staticmethod
@@ -507,6 +756,8 @@ class _Builder:
             edge_sources=edge_sources,
             output_copies={new_id[c]: new_id[v] for c, v in copies.items() if v in new_id},
             output_slots=tuple(out_slots),
+            branch_slots=tuple(self.branch_slots),
+            branch_steps=self._cone([b[0] for b in self.branch_slots if b is not None]),
         )
         in_vertex = tuple(
             new_id[self.vertex_of[s]] if s in self.vertex_of and self.vertex_of[s] in new_id else -1
@@ -522,5 +773,18 @@ class _Builder:
             output_vertices=tuple(new_id[v] for v in output_vertex),
             in_tree=in_tree,
             out_tree=out_tree,
+            branches=tuple(self.branches),
             program=program,
         )
+
+    def _cone(self, slots) -> tuple:
+        """The steps (in program order) that compute ``slots`` from the inputs."""
+        need, stack = set(), [s for s in slots if not isinstance(s, tuple)]
+        while stack:
+            slot = stack.pop()
+            k = self.producer.get(slot)  # None: an input
+            if k is None or k in need:
+                continue
+            need.add(k)
+            stack.extend(r for r in self.steps[k].inputs if not isinstance(r, tuple))
+        return tuple(sorted(need))
