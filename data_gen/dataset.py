@@ -24,7 +24,7 @@ Rows (one per distinct graph; :func:`features` gives the exact types)::
 graph_hash          ``Graph.fingerprint`` (shapes, kinds, edges and their structures)
 family, name        where the graph comes from: ``random`` (training distribution),
                     ``random_heldout``, ``large_random``, ``large_zoo_chained`` or the zoo
-                    family of an :mod:`alphagrad.examples` entry (``published``, ...)
+                    family of an :mod:`alphagrad.examples` entry (``published``, ``large_real``, ...)
 source              ``random_program``, ``zoo`` or ``zoo_chained``
 seed                the program seed of a random program (null for zoo functions)
 params              JSON: ``random_programs.describe(spec, seed)`` for a random program;
@@ -48,15 +48,17 @@ costs; it has no program, so it can be scored but not executed).
 
 Splits. ``train`` and ``validation`` hold random programs whose :class:`ProgramSpec` is
 drawn per program from :data:`TRAIN` (about ``validation_fraction`` of them go to
-validation) and the zoo examples whose family is not ``published`` (split by a hash of
-their name). :data:`TRAIN` draws 5-150 operations, ranks up to 2, axes up to 6, 1-6
-inputs, 1-4 outputs, fan-in 1-4, width 1-32 and every category weight from a range
-around the generator's default mix. ``heldout`` holds the ten published tasks, random
+validation) and the zoo examples whose family is not ``published`` or ``large_real``
+(split by a hash of their name). :data:`TRAIN` draws 5-150 operations, ranks up to 2, axes
+up to 6, 1-6 inputs, 1-4 outputs, fan-in 1-4, width 1-32 and every category weight from a
+range around the generator's default mix. ``heldout`` holds the ten published tasks, random
 programs from :data:`HELDOUT` (rank-3 values, 151-250 operations, a mix without dots,
 reshapes and explicit broadcasts) and large graphs of 300 to 500 intermediates: random
 programs from :data:`LARGE` and zoo functions iterated (:func:`chain`) until they reach
-that size. Graphs are deduplicated by ``graph_hash`` with priority heldout > validation >
-train, so no heldout graph occurs in train or validation.
+that size; and the real-sized programs of :mod:`alphagrad.examples.real` (family
+``large_real``: 500-5,000 intermediates, loops unrolled). Graphs are deduplicated by
+``graph_hash`` with priority heldout > validation > train, so no heldout graph occurs in
+train or validation.
 
 Work is split into chunks (by group: training-distribution programs, zoo, held-out
 programs, large graphs); an item's program is a function of (build seed, group, index)
@@ -649,8 +651,13 @@ def _base_graph(ex):
     return _BASE_GRAPHS[ex.name]
 
 
+#: Zoo families whose examples go to the held-out split only: the published tasks and the
+#: real-sized programs of :mod:`alphagrad.examples.real`.
+HELDOUT_ZOO_FAMILIES = ("published", "large_real")
+
+
 def _zoo_item(config: BuildConfig, ex):
-    if ex.family == "published":
+    if ex.family in HELDOUT_ZOO_FAMILIES:
         split = "heldout"
     else:
         split = "validation" if _name_fraction(ex.name) < config.validation_fraction else "train"
@@ -1099,12 +1106,13 @@ def dataset_card(config: BuildConfig, summary: dict) -> str:
              "## Splits", "",
              "* `train`, `validation`: random JAX programs (`data_gen.random_programs`) with specs "
              "drawn from the training distribution below, and the zoo functions of "
-             "`alphagrad.examples` outside the `published` family.",
+             "`alphagrad.examples` outside the `published` and `large_real` families.",
              "* `heldout`: the ten published AlphaGrad tasks (family `published`), random programs "
              "from the held-out distribution (`random_heldout`: sizes, ranks and mixes training "
              f"never sees) and large graphs of {config.large_size[0]}-{config.large_size[1]} "
              "intermediates (`large_random`, and zoo functions iterated until that size: "
-             "`large_zoo_chained`).",
+             "`large_zoo_chained`), and the real-sized programs of `alphagrad.examples.real` "
+             "(`large_real`: time-stepping loops, scans and maps unrolled, 500-5,000 intermediates).",
              "* Rows are deduplicated by `graph_hash` (heldout first, then validation, then train): "
              "no heldout graph occurs in train or validation.", "",
              "## Columns", "", "| column | type | meaning |", "|---|---|---|"]

@@ -7,7 +7,9 @@
 
 Without ``--data`` it evaluates the examples shipped in the package (``alphagrad.examples``,
 split as ``python -m data_gen build`` splits them: ``heldout``, the default split, is the ten
-published tasks; ``--split train`` or ``validation`` the rest of the zoo) at a 5 s budget
+published tasks; ``--split train`` or ``validation`` the rest of the zoo; the real-sized
+programs of family ``large_real`` are held out in a build and evaluated with ``--data DIR
+--families large_real``) at a 5 s budget
 (a report in about ten minutes on 2 CPU cores), and says so on stderr. With ``--data DIR`` (a
 dataset of ``python -m data_gen build``) the default budgets are 5,30,60.
 

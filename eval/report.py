@@ -16,7 +16,8 @@
 Without a dataset (``data=None``, the CLI without ``--data``) it evaluates the examples
 shipped in the package (:mod:`alphagrad.examples`), split as ``python -m data_gen build``
 splits them (:func:`examples_dataset`): ``heldout`` holds the ten published tasks,
-``train`` and ``validation`` the rest of the zoo.
+``train`` and ``validation`` the rest of the zoo; the real-sized programs (``large_real``,
+held out in a build) are evaluated from a build only.
 
 It writes, under ``out``: ``report.md``, ``report.json`` (raw numbers), CSV and Markdown
 tables, PNG plots and ``orders.jsonl`` (every order, for reproduction). Every order is
@@ -51,9 +52,13 @@ OPTIONAL_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search")
 #: Methods run once per budget.
 BUDGETED = ("agent", "anneal", "search")
 #: Families of the held-out split, in report order.
-FAMILY_ORDER = ("published", "random_heldout", "large_random", "large_zoo_chained")
+FAMILY_ORDER = ("published", "random_heldout", "large_random", "large_zoo_chained", "large_real")
 #: Families whose ratios are plotted against graph size.
-SIZE_FAMILIES = ("random_heldout", "large_random", "large_zoo_chained")
+SIZE_FAMILIES = ("random_heldout", "large_random", "large_zoo_chained", "large_real")
+#: Held-out zoo families a dataset build holds but the no-``--data`` default leaves out: the
+#: real-sized programs (500-5,000 intermediates; evaluate them from a build with
+#: ``--data DIR --families large_real``).
+EXAMPLES_EXCLUDED_FAMILIES = ("large_real",)
 #: float32 tolerances of the Jacobian check (as in tests/test_interpreter.py); ``atol`` is
 #: scaled by max(1, max |jacrev|).
 JAC_RTOL, JAC_ATOL = 2e-4, 2e-5
@@ -126,14 +131,15 @@ def examples_dataset():
     """The examples shipped in :mod:`alphagrad.examples` as a ``DatasetDict`` of dataset
     rows (the columns of ``python -m data_gen build``), split as a build splits them:
     ``heldout`` the published tasks, ``train``/``validation`` the rest of the zoo (by a hash
-    of the name). Traced once per process (a few seconds)."""
+    of the name), without :data:`EXAMPLES_EXCLUDED_FAMILIES`. Traced once per process (a few
+    seconds)."""
     import datasets as hf
 
     from data_gen import dataset as D
 
     if "dd" not in _EXAMPLES:
         config = D.BuildConfig(seed=0, num_random=0)
-        zoo = D.zoo_examples("all")
+        zoo = [e for e in D.zoo_examples("all") if e.family not in EXAMPLES_EXCLUDED_FAMILIES]
         by_split: dict = {s: [] for s in D.SPLITS}
         for ex in zoo:
             row, failure = D.compute_item(config, "zoo", ex.name, zoo)

@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import alphagrad as ag
 from alphagrad.examples import real
+from alphagrad.interpreter import executed_multiplications, jacobian
 
 EX = {e.name: e for e in real.EXAMPLES}
 
@@ -294,3 +296,75 @@ def test_bundle_adjustment_matches_the_matrix_exponential_model():
     P = np.eye(3, dtype=np.float32)
     np.testing.assert_allclose(np.asarray(real.angle_axis_rotate(w, jnp.asarray(P))), real._rotation_matrix(
         np.asarray(w, np.float64)).T, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# graphs and Jacobians
+# ---------------------------------------------------------------------------
+
+#: Each program at a few loop iterations and small widths: the same code, fast to compile.
+SMALL = {
+    "NBodySolar_RK4": dict(steps=2),
+    "PendulumChain_RK4": dict(n=4, steps=2),
+    "TransformerStack": dict(layers=1, tokens=3, width=4),
+    "NeuralCA_Conv": dict(channels=2, side=4, hidden=4, steps=2),
+    "KalmanFilter_Scan": dict(steps=3),
+    "BurgersRusanov": dict(n=8, steps=3),
+    "PumaTrajectory": dict(samples=2),
+    "GRUSequence": dict(steps=3, hidden=4, inputs=2),
+    "BundleAdjustBAL": dict(cameras=2, points=3),
+}
+
+
+def test_small_sizes_cover_every_program():
+    assert set(SMALL) == set(EX)
+
+
+@pytest.mark.parametrize("name", list(EX))
+def test_graph_has_500_to_5000_intermediates(name):
+    e = EX[name]
+    g = ag.trace(e.fn, *e.args)
+    assert 500 <= len(g.intermediates) <= 5000, len(g.intermediates)
+    # the loop is unrolled: the graph grows with the trip count of the same code
+    small = real.BUILDERS[name](**SMALL[name])
+    assert len(ag.trace(small.fn, *small.args).intermediates) < len(g.intermediates)
+
+
+def _check_jacobian(e, orders=("rev", "markowitz")):
+    """alphagrad's Jacobian in each order equals jax.jacrev's, and the interpreter executes
+    exactly the multiplications the cost model predicts."""
+    argnums = tuple(range(len(e.args)))
+    g = ag.trace(e.fn, *e.args)
+    want = _np(jax.jit(jax.jacrev(e.fn, argnums=argnums))(*e.args))
+    for order in orders:
+        got = _np(jax.jit(jacobian(e.fn, order, argnums=argnums))(*e.args))
+        assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            assert a.shape == b.shape
+            scale = max(1.0, float(np.abs(b).max(initial=0.0)))
+            np.testing.assert_allclose(a / scale, b / scale, rtol=2e-4, atol=5e-5, err_msg=f"{e.name} {order}")
+        assert executed_multiplications(e.fn, order, *e.args) == ag.cost(g, order), order
+
+
+@pytest.mark.parametrize("name", list(EX))
+def test_jacobian_small(name):
+    _check_jacobian(real.BUILDERS[name](**SMALL[name]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EX))
+def test_jacobian_full_size(name):
+    _check_jacobian(EX[name])
+
+
+def test_a_build_holds_the_programs_out():
+    """A dataset build puts the family in the held-out split, never in train/validation."""
+    from data_gen import dataset as D
+
+    config = D.BuildConfig(seed=0, num_random=0, validation_fraction=0.5, zoo=("KalmanFilter_Scan",))
+    row, failure = D.compute_item(config, "zoo", "KalmanFilter_Scan")
+    assert failure is None, failure
+    assert (row["split"], row["family"], row["name"]) == ("heldout", "large_real", "KalmanFilter_Scan")
+    g = ag.trace(EX["KalmanFilter_Scan"].fn, *EX["KalmanFilter_Scan"].args)
+    assert row["graph_hash"] == g.fingerprint and row["num_intermediates"] == len(g.intermediates)
+    assert row["cost_reverse"] == ag.cost(g, "rev")

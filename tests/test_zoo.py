@@ -25,7 +25,7 @@ import pytest
 
 import alphagrad as ag
 from alphagrad.evaluator import Evaluator
-from alphagrad.examples import Example, all_examples, get, published, zoo
+from alphagrad.examples import Example, all_examples, get, published, real, zoo
 from alphagrad.interpreter import jacobian
 
 ZOO = {e.name: e for e in zoo.EXAMPLES}
@@ -84,8 +84,8 @@ def test_names_unique_and_valid():
     assert len(NAMES) >= 20
 
 
-def test_all_examples_lists_published_then_zoo():
-    listed, want = all_examples(), list(published.EXAMPLES) + list(zoo.EXAMPLES)
+def test_all_examples_lists_published_then_zoo_then_real():
+    listed, want = all_examples(), list(published.EXAMPLES) + list(zoo.EXAMPLES) + list(real.EXAMPLES)
     assert len(listed) == len(want) and all(a is b for a, b in zip(listed, want))
     assert get("LSTM_h8") is ZOO["LSTM_h8"]
 

@@ -31,10 +31,11 @@ class Example:
 
 
 def all_examples() -> list[Example]:
-    """Every example of the zoo, in a fixed order: the published tasks, then the rest."""
-    from alphagrad.examples import published, zoo
+    """Every example of the zoo, in a fixed order: the published tasks, the rest of the
+    zoo, then the real-sized programs (family ``large_real``)."""
+    from alphagrad.examples import published, real, zoo
 
-    return list(published.EXAMPLES) + list(zoo.EXAMPLES)
+    return list(published.EXAMPLES) + list(zoo.EXAMPLES) + list(real.EXAMPLES)
 
 
 def get(name: str) -> Example:
