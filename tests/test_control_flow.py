@@ -219,6 +219,35 @@ def test_cond_is_the_branch_taken_at_each_point():
     _check_at(uneven, -X)
 
 
+def test_branches_on_carried_values_inside_a_loop_with_a_custom_rule():
+    """Each iteration's cond is decided from the values the loop carries at the point
+    (evaluated from the example argument), with relu differentiated by its rule."""
+
+    def f(x):
+        def body(i, c):
+            c = jax.nn.relu(c) * 1.2 - 0.2
+            return lax.cond(c.sum() > 0, lambda y: y * jnp.cos(y), jnp.sin, c)
+
+        return lax.fori_loop(0, 3, body, x)
+
+    def taken_in_python(c):  # the same loop, run eagerly: which branch each iteration takes
+        taken = []
+        for _ in range(3):
+            c = jax.nn.relu(c) * 1.2 - 0.2
+            taken.append(int(c.sum() > 0))
+            c = c * jnp.cos(c) if taken[-1] else jnp.sin(c)
+        return taken
+
+    x = jnp.linspace(-0.5, 0.9, 4)
+    assert [taken_in_python(p) for p in (x, -x, 2 * x)] == [[1, 1, 0], [0, 0, 0], [1, 0, 0]]
+    for point in (x, -x, 2 * x):
+        g = _check_at(f, point)
+        taken = taken_in_python(point)
+        assert [b.taken for b in g.branches] == taken and all(b.on_arguments for b in g.branches)
+        assert "[iteration 2 of 3, scan at" in g.branches[2].source
+        assert g.program.branches_at([point]) == tuple(taken)
+
+
 def test_switch_takes_the_indexed_branch_clamped_as_jax_does():
     def f(x):
         k = jnp.floor(x[0] * 4).astype(jnp.int32)  # 0.2 -> 0, 0.6 -> 2, 1.5 -> 6 (clamped to 3)

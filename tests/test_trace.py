@@ -164,3 +164,14 @@ def test_constant_outputs_have_zero_jacobian():
     for a, b in zip(got, want):
         assert a.shape == b.shape
         assert jnp.allclose(a, b)
+
+
+def test_loop_free_programs_are_not_limited_and_record_no_branches():
+    """max_equations bounds unrolling only; a graph without lax.cond has no branches and
+    its fingerprint hashes exactly what it did before branches existed."""
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args, max_equations=10)
+    assert len(g.intermediates) == 98 and g.branches == ()
+    assert g.fingerprint == ag.trace(ex.fn, *ex.args).fingerprint
+    assert "branches" not in g.to_arrays()
+    assert ag.Graph.from_arrays(g.to_arrays()).fingerprint == g.fingerprint
