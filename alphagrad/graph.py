@@ -226,7 +226,7 @@ class Graph:
                 f"the order contains vertices that are not intermediates of this graph: "
                 f"{kinds}; intermediates are {self.intermediates[:3]}...{self.intermediates[-3:]}"
                 f" (was the order computed for another graph? this graph is {self.fingerprint}"
-                f"{self._branch_note()}); {how}"
+                f"{self.branch_note()}); {how}"
             )
         counts = collections.Counter(order)
         dups = sorted(v for v, n in counts.items() if n > 1)
@@ -241,7 +241,9 @@ class Graph:
             )
         return order
 
-    def _branch_note(self) -> str:
+    def branch_note(self) -> str:
+        """``", traced at a point that takes branch k of the cond at ...: ..."`` for a graph
+        with argument-dependent branches (else ""), to append to an order-mismatch error."""
         chosen = [b for b in self.branches if b.on_arguments]
         if not chosen:
             return ""
