@@ -132,7 +132,7 @@ class Program:
                 "this function takes a lax.cond/lax.switch branch chosen by its argument values, "
                 "so its graph depends on those values; call it at concrete arguments (not under "
                 "jax.jit, jax.vmap or with ShapeDtypeStructs)")
-        slots = dict(zip(self.input_slots, leaves))
+        slots = dict(zip(self.input_slots, map(jnp.asarray, leaves)))
         read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
         for k in self.branch_steps:
             step = self.steps[k]
