@@ -23,12 +23,14 @@ Counts are int64 sums that saturate at :data:`alphagrad.rules.COST_CAP` (2**62 -
 instead of wrapping; :class:`Evaluator` recounts a saturated result with Python integers,
 so no path returns a wrapped or capped number.
 
-Annealing scores a move (which changes an order only between positions ``lo <= hi``)
-from a snapshot of the state taken a few positions before ``lo``; it stops as soon as the
-running cost exceeds what the Metropolis rule could accept, or once, past ``hi``, the
-state's hash equals the current order's at the same position: the same edges remain, so
-the rest of the order costs what it cost before. Hashes only steer the search: every order
-a search returns is re-scored from scratch.
+Annealing scores a move (which changes an order only between positions ``lo <= hi``) on
+one working state that follows a cursor through the order: every write an elimination
+makes is recorded in an undo log, so the state goes back to position ``lo`` by undoing
+what came after it (work proportional to what changed, never a copy of the whole state).
+Scoring stops as soon as the running cost exceeds what the Metropolis rule could accept,
+or once, past ``hi``, the state's hash equals the current order's at the same position:
+the same edges remain, so the rest of the order costs what it cost before. Hashes only
+steer the search: every order a search returns is re-scored from scratch.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from alphagrad.graph import Graph
 _CAP = np.int64(rl.COST_CAP)
 #: A pool is full: grow the pools and start again.
 OVERFLOW = np.int64(-1)
+#: An undo log is full: grow it and eliminate again (nothing was changed).
+LOG_FULL = np.int64(-2)
 # indices into a state tuple
 _OS, _OL, _OC, _OD, _OSID, _OTW, _IS, _IL, _IC, _ISRC, _ITW, _META = range(12)
 
@@ -95,13 +99,51 @@ def new_state(V, src, dst, sid, pool):
     state = (out_start, out_len, out_cap, out_dst, out_sid, out_twin,
              in_start, in_len, in_cap, in_src, in_twin, meta)
     for e in range(src.shape[0]):
-        _append(state, src[e], dst[e], sid[e], V)
+        _append(state, src[e], dst[e], sid[e], V, np.zeros(0, np.int64))
     return state
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _append(state, i, k, s, V):
-    """Adds the edge ``i -> k`` of structure ``s``; False if a pool is full."""
+def _rec(log, a, idx, old):
+    """Records that ``state[a][idx]`` held ``old`` (nothing if ``log`` is empty)."""
+    if log.shape[0] > 0:
+        n = log[0]
+        log[n + 1] = a
+        log[n + 2] = idx
+        log[n + 3] = old
+        log[0] = n + 3
+
+
+@numba.njit(cache=True, nogil=True)
+def undo(state, log, to):
+    """Undoes the writes :func:`eliminate` recorded in ``log`` after entry ``to``: the
+    state is again, to the byte, what it was when the log held ``to`` entries."""
+    n = log[0]
+    while n > to:
+        state[log[n - 2]][log[n - 1]] = log[n]
+        n -= 3
+    log[0] = n
+
+
+@numba.njit(cache=True, nogil=True)
+def new_log(entries):
+    """An empty undo log for :func:`eliminate` with room for ``entries`` writes (it grows
+    with :func:`grow_log`)."""
+    return np.zeros(1 + 3 * entries, np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def grow_log(log):
+    """``log`` with twice the room, same entries."""
+    out = np.zeros(2 * log.shape[0], np.int64)
+    out[: log[0] + 1] = log[: log[0] + 1]
+    return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _append(state, i, k, s, V, log):
+    """Adds the edge ``i -> k`` of structure ``s``; False if a pool is full. A segment
+    moved to the pool's end is not logged (undoing the tops frees that space again)."""
     out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
     if out_len[i] == out_cap[i]:
         cap = 2 * out_cap[i] + 2
@@ -109,6 +151,8 @@ def _append(state, i, k, s, V):
             return False
         start = meta[0]
         old = out_start[i]
+        _rec(log, _OS, i, old)
+        _rec(log, _OC, i, out_cap[i])
         for t in range(out_len[i]):
             out_dst[start + t] = out_dst[old + t]
             out_sid[start + t] = out_sid[old + t]
@@ -122,6 +166,8 @@ def _append(state, i, k, s, V):
             return False
         start = meta[1]
         old = in_start[k]
+        _rec(log, _IS, k, old)
+        _rec(log, _IC, k, in_cap[k])
         for t in range(in_len[k]):
             in_src[start + t] = in_src[old + t]
             in_twin[start + t] = in_twin[old + t]
@@ -130,11 +176,20 @@ def _append(state, i, k, s, V):
         meta[1] += cap
     p = out_len[i]
     q = in_len[k]
+    at = out_start[i] + p  # past the length, but it may hold an entry a removal left for undo
+    _rec(log, _OD, at, out_dst[at])
+    _rec(log, _OSID, at, out_sid[at])
+    _rec(log, _OTW, at, out_twin[at])
+    at = in_start[k] + q
+    _rec(log, _ISRC, at, in_src[at])
+    _rec(log, _ITW, at, in_twin[at])
     out_dst[out_start[i] + p] = k
     out_sid[out_start[i] + p] = s
     out_twin[out_start[i] + p] = q
     in_src[in_start[k] + q] = i
     in_twin[in_start[k] + q] = p
+    _rec(log, _OL, i, p)
+    _rec(log, _IL, k, q)
     out_len[i] = p + 1
     in_len[k] = q + 1
     meta[2] += _mix(i, k, s, V)
@@ -142,17 +197,26 @@ def _append(state, i, k, s, V):
 
 
 @numba.njit(cache=True, nogil=True)
-def eliminate(state, v, compose, join, cost, mark, pos):
-    """Eliminates ``v`` in place; returns its multiplications (saturated int64), or
-    :data:`OVERFLOW` (the state is then unusable: grow the pools and start again).
+def eliminate(state, v, compose, join, cost, mark, pos, log):
+    """Eliminates ``v`` in place; returns its multiplications (saturated int64),
+    :data:`OVERFLOW` (the state is then unusable: grow the pools and start again), or
+    :data:`LOG_FULL` (nothing done: grow ``log`` and call again).
 
     ``mark`` (``[V + 1]``, its last entry the stamp counter) and ``pos`` (``[V]``) are
     int64 scratch arrays, stamped, never cleared: share them only with states that also
-    leave the counter alone."""
+    leave the counter alone. Every write that matters is recorded in ``log`` (see
+    :func:`undo`) unless it is empty (``np.zeros(0, np.int64)``)."""
     out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
     V = out_start.shape[0]
     total = np.int64(0)
     ns = out_len[v]
+    if log.shape[0] > 0:  # room for the most this elimination can write
+        need = 3 * (11 * in_len[v] * ns + 5 * (in_len[v] + ns) + 8)
+        if log.shape[0] - 1 - log[0] < need:
+            return LOG_FULL
+        _rec(log, _META, 0, meta[0])
+        _rec(log, _META, 1, meta[1])
+        _rec(log, _META, 2, meta[2])
     succ_in = 0  # what finding i among the successors' predecessors would scan
     for b in range(ns):
         succ_in += in_len[out_dst[out_start[v] + b]]
@@ -188,19 +252,26 @@ def eliminate(state, v, compose, join, cost, mark, pos):
                 old = out_sid[at]
                 new = join[old, c]
                 if new != old:
+                    _rec(log, _OSID, at, old)
                     out_sid[at] = new
                     meta[2] += _mix(i, k, new, V) - _mix(i, k, old, V)
-            elif not _append(state, i, k, c, V):
+            elif not _append(state, i, k, c, V, log):
                 return OVERFLOW
         # drop i -> v: the last successor of i takes its place
         base = out_start[i]
         last = out_len[i] - 1
         if pv != last:
             k2 = out_dst[base + last]
+            _rec(log, _OD, base + pv, out_dst[base + pv])
+            _rec(log, _OSID, base + pv, out_sid[base + pv])
+            _rec(log, _OTW, base + pv, out_twin[base + pv])
             out_dst[base + pv] = k2
             out_sid[base + pv] = out_sid[base + last]
             out_twin[base + pv] = out_twin[base + last]
-            in_twin[in_start[k2] + out_twin[base + pv]] = pv
+            at = in_start[k2] + out_twin[base + pv]
+            _rec(log, _ITW, at, in_twin[at])
+            in_twin[at] = pv
+        _rec(log, _OL, i, last + 1)
         out_len[i] = last
         meta[2] -= _mix(i, v, b_id, V)
     for b in range(ns):  # drop v -> k: the last predecessor of k takes its place
@@ -211,11 +282,18 @@ def eliminate(state, v, compose, join, cost, mark, pos):
         last = in_len[k] - 1
         if q != last:
             i2 = in_src[base + last]
+            _rec(log, _ISRC, base + q, in_src[base + q])
+            _rec(log, _ITW, base + q, in_twin[base + q])
             in_src[base + q] = i2
             in_twin[base + q] = in_twin[base + last]
-            out_twin[out_start[i2] + in_twin[base + q]] = q
+            at = out_start[i2] + in_twin[base + q]
+            _rec(log, _OTW, at, out_twin[at])
+            out_twin[at] = q
+        _rec(log, _IL, k, last + 1)
         in_len[k] = last
         meta[2] -= _mix(v, k, out_sid[s0 + b], V)
+    _rec(log, _OL, v, out_len[v])
+    _rec(log, _IL, v, in_len[v])
     out_len[v] = 0
     in_len[v] = 0
     return total
@@ -243,31 +321,6 @@ def copy_state(state):
 
 
 @numba.njit(cache=True, nogil=True)
-def snapshot(state):
-    """A copy of ``state`` whose pools hold only their used part (for :func:`restore`)."""
-    top_o = state[_META][0]
-    top_i = state[_META][1]
-    return (state[0].copy(), state[1].copy(), state[2].copy(), state[3][:top_o].copy(),
-            state[4][:top_o].copy(), state[5][:top_o].copy(), state[6].copy(), state[7].copy(),
-            state[8].copy(), state[9][:top_i].copy(), state[10][:top_i].copy(), state[11].copy())
-
-
-@numba.njit(cache=True, nogil=True)
-def restore(dst, src):
-    """Copies state ``src`` into ``dst`` (whose pools are at least as long), the used
-    part of the pools only."""
-    for a in (_OS, _OL, _OC, _IS, _IL, _IC):
-        dst[a][:] = src[a]
-    top_o = src[_META][0]
-    top_i = src[_META][1]
-    for a in (_OD, _OSID, _OTW):
-        dst[a][:top_o] = src[a][:top_o]
-    for a in (_ISRC, _ITW):
-        dst[a][:top_i] = src[a][:top_i]
-    dst[_META][:] = src[_META]
-
-
-@numba.njit(cache=True, nogil=True)
 def order_cost(state0, order, compose, join, cost):
     """Multiplications of eliminating ``order`` from ``state0`` (left unchanged),
     saturated at ``COST_CAP``; or :data:`OVERFLOW`."""
@@ -277,7 +330,7 @@ def order_cost(state0, order, compose, join, cost):
     pos = np.zeros(V, np.int64)
     total = np.int64(0)
     for v in order:
-        m = eliminate(work, v, compose, join, cost, mark, pos)
+        m = eliminate(work, v, compose, join, cost, mark, pos, np.zeros(0, np.int64))
         if m < 0:
             return OVERFLOW
         total = _add(total, m)
@@ -317,7 +370,7 @@ def markowitz(state0, inter, compose, join, cost):
         for b in range(work[_OL][best]):
             touched[nt] = work[_OD][work[_OS][best] + b]
             nt += 1
-        m = eliminate(work, best, compose, join, cost, mark, pos)
+        m = eliminate(work, best, compose, join, cost, mark, pos, np.zeros(0, np.int64))
         if m < 0:
             return order, OVERFLOW
         total = _add(total, m)
@@ -342,7 +395,7 @@ def _solve(state, inter, remaining, memo, compose, join, cost, mark, pos):
         if not remaining[idx]:
             continue
         nxt = copy_state(state)
-        c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos)
+        c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos, np.zeros(0, np.int64))
         if c < 0:
             return OVERFLOW
         remaining[idx] = False
@@ -382,7 +435,7 @@ def optimal(state0, inter, compose, join, cost):
             if not remaining[idx]:
                 continue
             nxt = copy_state(state)
-            c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos)
+            c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos, np.zeros(0, np.int64))
             rest = memo[nxt[_META][2]] if step < n - 1 else np.int64(0)
             if _add(c, rest) == target:
                 order[step] = inter[idx]
@@ -395,57 +448,75 @@ def optimal(state0, inter, compose, join, cost):
 
 # ------------------------------------------------------------------------ annealing
 @numba.njit(cache=True, nogil=True)
-def _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost, mark, pos,
-           tmp_cost, tmp_hash, tmp_snaps):
-    """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from the
-    snapshot before ``lo``. Returns ``(cost, stop)``: its cost, or any number above
-    ``threshold`` once it is sure to exceed it; ``stop`` is the position after which the
-    state equals the current order's (``n`` if it never did). Prefix costs, hashes and
-    snapshots of ``cand`` up to ``stop`` go to the ``tmp_*`` arrays, for :func:`_accept`.
-    ``(OVERFLOW, 0)`` if a pool filled up."""
-    n = cand.shape[0]
-    c = lo // K
-    restore(work, snaps[c])
-    run = pcost[c * K]
-    for p in range(c * K, n):
-        if p % K == 0 and p // K != c:
-            tmp_snaps[p // K] = snapshot(work)
-        m = eliminate(work, cand[p], compose, join, cost, mark, pos)
+def _step_logged(work, v, compose, join, cost, mark, pos, log):
+    """:func:`eliminate` with a log that grows as needed: ``(multiplications, log)``."""
+    while True:
+        m = eliminate(work, v, compose, join, cost, mark, pos, log)
+        if m != LOG_FULL:
+            return m, log
+        log = grow_log(log)
+
+
+@numba.njit(cache=True, nogil=True)
+def _seek(work, log, lpos, order, cursor, target, compose, join, cost, mark, pos):
+    """Brings ``work`` from the state after ``cursor`` eliminations of ``order`` to the
+    state after ``target``: undoing the log back, or eliminating forward (logged).
+    Returns ``(OVERFLOW or 0, log)``."""
+    if target <= cursor:
+        undo(work, log, lpos[target])
+        return np.int64(0), log
+    for p in range(cursor, target):
+        lpos[p] = log[0]
+        m, log = _step_logged(work, order[p], compose, join, cost, mark, pos, log)
         if m < 0:
-            return OVERFLOW, 0
+            return OVERFLOW, log
+    lpos[target] = log[0]
+    return np.int64(0), log
+
+
+@numba.njit(cache=True, nogil=True)
+def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost, mark, pos,
+           tmp_cost, tmp_hash, tmp_lpos):
+    """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from
+    ``work``, the current order's state after ``lo`` eliminations, logging every write.
+    Returns ``(cost, stop, log)``: the candidate's cost, or any number above
+    ``threshold`` once it is sure to exceed it; ``stop``, the position after which the
+    state equals the current order's (``n`` if it never did). Prefix costs, hashes and
+    log positions of ``cand`` up to ``stop`` go to the ``tmp_*`` arrays. ``cost`` is
+    :data:`OVERFLOW` if a pool filled up."""
+    n = cand.shape[0]
+    run = pcost[lo]
+    for p in range(lo, n):
+        tmp_lpos[p] = log[0]
+        m, log = _step_logged(work, cand[p], compose, join, cost, mark, pos, log)
+        if m < 0:
+            return OVERFLOW, 0, log
         run = _add(run, m)
         if run > threshold:
-            return run, p + 1
+            return run, p + 1, log
         h = work[_META][2]
         tmp_cost[p + 1] = run
         tmp_hash[p + 1] = h
         if p >= hi and h == phash[p + 1]:
-            return _add(run, pcost[n] - pcost[p + 1]), p + 1
-    return run, n
+            tmp_lpos[p + 1] = log[0]
+            return _add(run, pcost[n] - pcost[p + 1]), p + 1, log
+    tmp_lpos[n] = log[0]
+    return run, n, log
 
 
 @numba.njit(cache=True, nogil=True)
-def _accept(lo, stop, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps):
-    """Makes the candidate :func:`_score` just scored (up to ``stop``) the current order."""
-    n = pcost.shape[0] - 1
-    c = lo // K
-    delta = tmp_cost[stop] - pcost[stop]
-    for q in range(c * K + 1, stop + 1):
-        pcost[q] = tmp_cost[q]
-        phash[q] = tmp_hash[q]
-    for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
-        pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
-    for m in range(c + 1, (stop - 1) // K + 1):
-        snaps[m] = tmp_snaps[m]
-
-
-@numba.njit(cache=True, nogil=True)
-def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, K, window):
+def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
     decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
-    cost of ``best_order``) goes to ``best_order``. A move swaps two positions or moves
-    one vertex to another position, the second position within ``window`` of the first
-    (one move in sixteen anywhere). Snapshots every ``K`` positions.
+    cost of ``best_order``) goes to ``best_order``.
+
+    One working state follows a cursor through the order, with an undo log of every write
+    since the start: a move's first changed position is drawn just ahead of the cursor
+    (so the cursor sweeps the order, about one position a move), the state is brought
+    there by eliminating forward (or undoing, when a sweep starts again), the candidate is
+    eliminated from there, and a rejected one is undone. A move swaps two positions or
+    moves one vertex to another position, forwards or backwards, the two at most
+    ``window`` apart (one move in sixteen anywhere).
 
     Returns ``(current cost, best cost, moves scored)``; the first is :data:`OVERFLOW`
     if a pool filled up (``order`` is then the last accepted order).
@@ -456,19 +527,23 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     work = copy_state(state0)
-    snaps = [snapshot(state0) for _ in range((n - 1) // K + 1)]
-    tmp_snaps = [snaps[0] for _ in range((n - 1) // K + 1)]
+    log = new_log(16 * n + 1024)
     pcost = np.zeros(n + 1, np.int64)
     phash = np.zeros(n + 1, np.int64)
+    lpos = np.zeros(n + 1, np.int64)
     tmp_cost = np.zeros(n + 1, np.int64)
     tmp_hash = np.zeros(n + 1, np.int64)
+    tmp_lpos = np.zeros(n + 1, np.int64)
     phash[0] = state0[_META][2]
     # the first pass scores the order itself as a change of every position (stop = n)
-    cur, stop = _score(work, snaps, order, 0, n, K, pcost, phash, _CAP, compose, join, cost, mark, pos,
-                       tmp_cost, tmp_hash, tmp_snaps)
+    cur, stop, log = _score(work, log, order, 0, n, pcost, phash, _CAP, compose, join, cost, mark, pos,
+                            tmp_cost, tmp_hash, tmp_lpos)
     if cur < 0:
         return OVERFLOW, OVERFLOW, np.int64(0)
-    _accept(0, n, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps)
+    pcost[1:] = tmp_cost[1:]
+    phash[1:] = tmp_hash[1:]
+    lpos[:] = tmp_lpos
+    cursor = n
     if cur < best:
         best = cur
         best_order[:] = order
@@ -476,14 +551,14 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     scored = np.int64(0)
     for it in range(iters):
         temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
-        i = np.random.randint(n)
+        lo = cursor + np.random.randint(3)  # the cursor sweeps the order, about one position a move
+        if lo >= n - 1:
+            lo = np.random.randint(3) if n > 3 else 0
         if np.random.random() < 0.0625:
-            j = np.random.randint(n)
+            hi = lo + 1 + np.random.randint(n - 1 - lo)
         else:
-            j = min(max(i + np.random.randint(-window, window + 1), 0), n - 1)
-        if i == j:
-            continue
-        lo, hi = min(i, j), max(i, j)
+            hi = min(lo + 1 + np.random.randint(window), n - 1)
+        i, j = (lo, hi) if np.random.random() < 0.5 else (hi, lo)
         if np.random.random() < 0.5:
             cand[i], cand[j] = order[j], order[i]
         elif i < j:  # move order[i] to position j
@@ -494,20 +569,31 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
             for p in range(i, j, -1):
                 cand[p] = order[p - 1]
             cand[j] = order[i]
+        flag, log = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
+        if flag < 0:
+            return OVERFLOW, best, scored
         threshold = cur - temp * np.log(1.0 - np.random.random())
-        c, stop = _score(work, snaps, cand, lo, hi, K, pcost, phash, threshold, compose, join, cost,
-                         mark, pos, tmp_cost, tmp_hash, tmp_snaps)
+        c, stop, log = _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost,
+                              mark, pos, tmp_cost, tmp_hash, tmp_lpos)
         scored += 1
         if c < 0:
             return OVERFLOW, best, scored
         if c <= threshold:
             order[lo:hi + 1] = cand[lo:hi + 1]
-            _accept(lo, stop, K, pcost, phash, snaps, tmp_cost, tmp_hash, tmp_snaps)
+            delta = tmp_cost[stop] - pcost[stop]
+            pcost[lo + 1:stop + 1] = tmp_cost[lo + 1:stop + 1]
+            phash[lo + 1:stop + 1] = tmp_hash[lo + 1:stop + 1]
+            lpos[lo:stop + 1] = tmp_lpos[lo:stop + 1]
+            for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
+                pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
+            cursor = stop
             cur = c
             if cur < best:
                 best = cur
                 best_order[:] = order
         else:
+            undo(work, log, lpos[lo])
+            cursor = lo
             cand[lo:hi + 1] = order[lo:hi + 1]
     return cur, best, scored
 
@@ -705,7 +791,7 @@ class Evaluator:
         while True:  # on a copy, so that a full pool costs a regrow, not the state
             arrays = copy_state(state.arrays)
             c = int(eliminate(arrays, v, self.compose, self.join, self.cost_table,
-                              np.zeros(V + 1, np.int64), np.zeros(V, np.int64)))
+                              np.zeros(V + 1, np.int64), np.zeros(V, np.int64), np.zeros(0, np.int64)))
             if c != OVERFLOW:
                 break
             state.arrays = regrow(state.arrays, 2 * state.arrays[_OD].shape[0])
@@ -746,13 +832,11 @@ class Evaluator:
         """:func:`anneal` moves on ``order`` (int64, updated in place; an order seen cheaper
         than ``best_order`` replaces it), growing the pools as needed. Returns ``(current
         cost, best cost, moves scored)``, costs saturated at ``COST_CAP``."""
-        n = len(order)
-        K = max(4, int(np.sqrt(n) / 2))  # snapshots every K positions: 2 sqrt(n) of them
         best_in = min(self._retry(order_cost, best_order, self.compose, self.join, self.cost_table), _CAP)
         while True:
             cur, best, scored = anneal(self.initial, self.compose, self.join, self.cost_table, order,
                                        best_order, best_in, int(moves), float(t0), float(max(t1, 1e-9)),
-                                       int(seed), K, int(window))
+                                       int(seed), int(window))
             if cur != OVERFLOW:
                 return int(cur), int(best), int(scored)
             self.grow()
