@@ -209,8 +209,9 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
     Moves swap two positions or move one vertex elsewhere, mostly within a window of
-    nearby positions; each is scored from a snapshot before its first changed position
-    and stops as soon as its outcome is decided (see :mod:`alphagrad.evaluator`). It
+    nearby positions, drawn along a cursor that sweeps the order; each is scored from the
+    state at its first changed position (reached through an undo log) and stops as soon
+    as its outcome is decided (see :mod:`alphagrad.evaluator`). It
     starts from the best of forward, reverse and Markowitz (or ``start``), and the
     temperature decays geometrically over the budget. It returns at once when the
     optimum is proven: a graph of at most :data:`EXACT_LIMIT` intermediates is solved
