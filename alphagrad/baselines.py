@@ -24,6 +24,7 @@ import math
 import numbers
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -154,28 +155,33 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best, min_
     """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
     in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
     measured speed, never past the end) with the temperature following the elapsed
-    fraction of the budget."""
+    fraction of the budget. Interrupted (Ctrl-C) between or in a chunk, it stops with a
+    warning: the chunks replace the best order whole, so what it holds is complete."""
     if iterations is not None:
         return chunk_fn(iterations, t0, t1, seed)
     t_start = time.perf_counter()
     k, chunk = 0, 16
-    while best > 0:  # a zero-cost order is optimal
-        frac = (time.perf_counter() - t_start) / budget_s
-        if frac >= 1:
-            break
-        span = max(0.01 * budget_s, min_chunk_s)
-        lo = t0 * (t1 / t0) ** frac
-        hi = t0 * (t1 / t0) ** min(1.0, frac + span / budget_s)
-        before = best
-        t_chunk = time.perf_counter()
-        best = chunk_fn(chunk, lo, hi, (seed * 1_000_003 + k) % 2**32)
-        per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
-        left = budget_s - (time.perf_counter() - t_start)
-        chunk = int(min(max(min(span, left) / per_move, 1), 10_000_000))
-        k += 1
-        if progress and best < before:
-            print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
-                  file=sys.stderr)
+    try:
+        while best > 0:  # a zero-cost order is optimal
+            frac = (time.perf_counter() - t_start) / budget_s
+            if frac >= 1:
+                break
+            span = max(0.01 * budget_s, min_chunk_s)
+            lo = t0 * (t1 / t0) ** frac
+            hi = t0 * (t1 / t0) ** min(1.0, frac + span / budget_s)
+            before = best
+            t_chunk = time.perf_counter()
+            best = chunk_fn(chunk, lo, hi, (seed * 1_000_003 + k) % 2**32)
+            per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
+            left = budget_s - (time.perf_counter() - t_start)
+            chunk = int(min(max(min(span, left) / per_move, 1), 10_000_000))
+            k += 1
+            if progress and best < before:
+                print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
+                      file=sys.stderr)
+    except KeyboardInterrupt:
+        warnings.warn(f"anneal interrupted after {time.perf_counter() - t_start:.1f}s of {budget_s:g}s: "
+                      f"returning the best order found so far", stacklevel=3)
     return best
 
 
@@ -232,7 +238,8 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       progress: print the best cost as it improves (to stderr).
 
     Returns:
-      The cheapest order seen (re-scored from scratch).
+      The cheapest order seen (re-scored from scratch); if interrupted (Ctrl-C), the
+      cheapest order seen so far, with a warning.
 
     Raises:
       TypeError, ValueError: an argument is not what is described above.

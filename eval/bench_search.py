@@ -105,13 +105,25 @@ def throughput(graph, seconds: float) -> dict:
     rate_new = statistics.median(moves_new(n_new) for _ in range(3))
     rate_old = statistics.median(moves_old(n_old) for _ in range(3))
     state_bytes = sum(a.nbytes for a in ev.initial)
-    K = max(4, int(math.sqrt(len(start)) / 2))
     return {"intermediates": len(graph.intermediates), "edges": len(graph.edges),
             "evals_per_s_old": 1 / t_old, "evals_per_s_new": 1 / t_new,
             "moves_per_s_old": rate_old, "moves_per_s_new": rate_new,
             "dense_bytes": int(graph.num_vertices ** 2 * 4),
             "sparse_state_bytes": int(state_bytes),
-            "sparse_anneal_bytes": int(state_bytes * (2 + (len(start) - 1) // K + 1))}
+            "sparse_anneal_bytes": int(state_bytes + _log_bytes(ev, start) + 6 * 8 * (len(start) + 1))}
+
+
+def _log_bytes(ev: Evaluator, order) -> int:
+    """Bytes the annealer's undo log can reach on ``order``: the writes of one full pass
+    (the most it holds), times two for the doubling that grows it."""
+    work = E.copy_state(ev.initial)
+    log = E.new_log(1024)
+    V = ev.graph.num_vertices
+    mark, pos = np.zeros(V + 1, np.int64), np.zeros(V, np.int64)
+    for v in order:
+        while E.eliminate(work, v, ev.compose, ev.join, ev.cost_table, mark, pos, log) == E.LOG_FULL:
+            log = E.grow_log(log)
+    return 2 * 8 * int(log[0])
 
 
 def quality(graph, budgets, seeds) -> dict:
@@ -182,7 +194,7 @@ def markdown(report: dict) -> str:
     if big:
         L += ["", f"Memory at {big['intermediates']} intermediates: dense matrix {big['dense_bytes'] / 2**20:.0f} MiB "
                   f"(int32, copied per evaluation); sparse state {big['sparse_state_bytes'] / 2**20:.1f} MiB, "
-                  f"annealer with its snapshots {big['sparse_anneal_bytes'] / 2**20:.0f} MiB (upper bound)."
+                  f"annealer with its undo log {big['sparse_anneal_bytes'] / 2**20:.0f} MiB (upper bound)."
                   + (f" Process peak while tracing, scoring, Markowitz and annealing it: "
                      f"{report['peak_rss_mib']:.0f} MiB." if report.get("peak_rss_mib") else "")]
     budgets = budgets_str(report["config"]["budgets"])

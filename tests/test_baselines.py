@@ -236,3 +236,26 @@ def test_optimal_and_anneal_refuse_orders_past_64_bits_instead_of_ranking_capped
     with pytest.raises(OverflowError, match=r"2\*\*62 - 1.*alphagrad.cost"):
         baselines.anneal(g, iterations=5)
     assert ag.cost(g, baselines.markowitz(g)) == 2 * 2**63 + 2**42  # exact, as Markowitz compares
+
+
+def test_an_interrupted_anneal_returns_the_best_complete_order_so_far_with_a_warning(monkeypatch):
+    """Ctrl-C during a timed anneal: a whole order at least as cheap as the start, and a
+    warning saying it was interrupted (never a half-made order)."""
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    start = baselines.markowitz(g)
+    real = Evaluator.anneal
+    calls = []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "anneal", interrupted)
+    with pytest.warns(UserWarning, match="interrupted"):
+        order = baselines.anneal(g, budget_s=30.0, seed=0, start=start)
+    assert len(calls) == 4
+    assert sorted(order) == sorted(g.intermediates)
+    assert ag.cost(g, order) <= ag.cost(g, start)
