@@ -18,10 +18,10 @@ from alphagrad.engine import cost
 from alphagrad.graph import Graph
 from alphagrad.interpreter import jacobian
 from alphagrad.primitives import UnsupportedPrimitiveError
-from alphagrad.trace import TraceError, trace
+from alphagrad.trace import ConcreteValuesNeeded, TraceError, trace
 
 __all__ = ["trace", "cost", "jacobian", "from_pretrained", "baselines", "examples", "Graph", "TraceError",
-           "UnsupportedPrimitiveError"]
+           "ConcreteValuesNeeded", "UnsupportedPrimitiveError"]
 __version__ = "0.1.0"
 
 #: Names loaded on first access: attribute -> (module, attribute in it or None for the module).

@@ -333,6 +333,7 @@ def resolve_order(graph: Graph, order, convention: str = "exact") -> list[int]:
                 f"this order was computed for graph {fingerprint}, but the function traces to "
                 f"graph {graph.fingerprint} with these argument shapes; compute the order for "
                 f"these shapes (e.g. agent.order(f, *args) with the same args)"
+                + graph.branch_note()
             )
         order = order.order
     return graph.check_order(order)

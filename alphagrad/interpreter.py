@@ -23,11 +23,28 @@ from alphagrad import rules
 from alphagrad import structure as st
 from alphagrad.baselines import resolve_order  # the one door, shared with alphagrad.cost
 from alphagrad.graph import Graph
-from alphagrad.trace import trace
+from alphagrad.trace import ConcreteValuesNeeded, trace
 
 
 def _abstract(args):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), args)
+
+
+def _graph_at(f, args) -> Graph:
+    """The graph of ``f`` at ``args``: from their shapes alone, or at their values where a
+    lax.cond/lax.switch chooses its branch from them (the graph is the branch taken)."""
+    try:
+        return trace(f, *_abstract(args))
+    except ConcreteValuesNeeded:
+        return trace(f, *args)
+
+
+def _takes_same_branches(graph: Graph, leaves) -> bool:
+    """Whether the point ``leaves`` takes every argument-dependent branch ``graph`` took."""
+    if not any(b.on_arguments for b in graph.branches):
+        return True
+    now = graph.program.branches_at(leaves)
+    return all(t is None or t == b.taken for t, b in zip(now, graph.branches))
 
 
 def _edge_values(graph: Graph, slots: dict):
@@ -116,7 +133,7 @@ def executed_multiplications(f: Callable, order, *args) -> int:
     Counted from the einsum operands the interpreter emits while it runs (abstractly,
     without computing), independently of the cost model's tables of costs.
     """
-    graph = trace(f, *_abstract(args))
+    graph = _graph_at(f, args)
     order = resolve_order(graph, order)
     count = []
 
@@ -149,19 +166,28 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
     main = (lambda *a: f(*a)[0]) if has_aux else f
 
     def prepare(args, nums):
-        """The graph, order and jitted Jacobian for these argument shapes (cached)."""
+        """The graph, order and jitted Jacobian for these argument shapes (cached), and
+        for the branches these argument values take where a branch depends on them."""
         abstract = _abstract(args)
         leaves, tree = jax.tree_util.tree_flatten(abstract)
         key = (tree, tuple((l.shape, str(l.dtype)) for l in leaves), nums)
-        if key not in cache:
-            graph = trace(main, *abstract)
-            ord_ = resolve_order(graph, order)
-            arg_trees = [jax.tree_util.tree_structure(a) for a in abstract]
-            offsets = np.cumsum([0] + [t.num_leaves for t in arg_trees])
-            compute = functools.partial(_dense_jacobian, graph, ord_, nums, arg_trees, offsets,
-                                        isinstance(argnums, int))
-            cache[key] = (graph, ord_, jax.jit(compute))
-        return cache[key]
+        entries = cache.setdefault(key, [])
+        values = jax.tree_util.tree_leaves(args)
+        for entry in entries:
+            if _takes_same_branches(entry[0], values):
+                return entry
+        graph = _graph_at(main, args)
+        if entries and not isinstance(order, str):  # an explicit order fits one graph only
+            why = entries[0][0].branch_mismatch(graph)
+            if why:
+                raise ValueError(why)
+        ord_ = resolve_order(graph, order)
+        arg_trees = [jax.tree_util.tree_structure(a) for a in abstract]
+        offsets = np.cumsum([0] + [t.num_leaves for t in arg_trees])
+        compute = functools.partial(_dense_jacobian, graph, ord_, nums, arg_trees, offsets,
+                                    isinstance(argnums, int))
+        entries.append((graph, ord_, jax.jit(compute)))
+        return entries[-1]
 
     @functools.wraps(f)
     def jac(*args):

@@ -98,7 +98,7 @@ import numpy as np
 from data_gen import random_programs as rp
 
 #: Bumped whenever the rows a build writes change (columns, their meaning, the pipeline).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the `branches` column
 
 #: Cost convention of every cost column.
 CONVENTION = "exact"
@@ -386,7 +386,7 @@ def features():
         "num_vertices": i32, "num_intermediates": i32, "num_edges": i32, "num_inputs": i32,
         "num_outputs": i32, "num_structures": i32, "table_size": i32,
         "shapes": hf.List(hf.List(i32)), "kinds": hf.List(hf.Value("int8")),
-        "edges": hf.List(hf.List(i32)), "structures": s,
+        "edges": hf.List(hf.List(i32)), "structures": s, "branches": hf.List(hf.List(i32)),
         "cost_forward": i64, "cost_reverse": i64, "cost_markowitz": i64, "cost_optimal": i64,
         "best_baseline": i64,
     })
@@ -413,6 +413,7 @@ COLUMN_DOCS = {
     "kinds": "per vertex: 0 input, 1 intermediate, 2 output",
     "edges": "`[src, dst, structure_index]` per edge, sorted by (dst, src)",
     "structures": "JSON list of structure dicts (`out_shape, in_shape, out_vars, in_vars, value_vars, sign`)",
+    "branches": "`[taken, count]` per lax.cond/switch whose branch depends on the arguments (in the fingerprint; usually empty)",
     "cost_forward": "multiplications of forward elimination (exact convention)",
     "cost_reverse": "multiplications of reverse elimination",
     "cost_markowitz": "multiplications of the Markowitz order (`baselines.markowitz`)",
@@ -439,6 +440,7 @@ def graph_to_row(graph, *, family: str, name: str, source: str, seed: int | None
         "kinds": [int(k) for k in arrays["kinds"]],
         "edges": np.asarray(arrays["edges"]).tolist(),
         "structures": json.dumps(arrays["structures"], sort_keys=True, separators=(",", ":")),
+        "branches": [[int(t), int(n)] for t, n in arrays.get("branches", ())],
         **costs,
     }
     return {c: row[c] for c in COLUMNS}
@@ -449,9 +451,10 @@ def row_to_graph(row: Mapping):
     from alphagrad.graph import Graph
 
     edges = np.asarray(row["edges"], np.int64).reshape(-1, 3)
+    branches = row.get("branches") or []  # absent in rows of schema version 1
     return Graph.from_arrays({
         "shapes": row["shapes"], "kinds": np.asarray(row["kinds"], np.int8), "edges": edges,
-        "structures": json.loads(row["structures"]),
+        "structures": json.loads(row["structures"]), **({"branches": branches} if branches else {}),
     })
 
 

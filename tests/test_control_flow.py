@@ -294,7 +294,8 @@ def test_an_order_for_one_branch_is_refused_at_a_point_taking_the_other():
         order = baselines.markowitz(pos)
         fingerprint = pos.fingerprint
 
-    with pytest.raises(ValueError, match=f"computed for graph {pos.fingerprint}"):
+    with pytest.raises(ValueError, match=f"computed for graph {pos.fingerprint}.*traced at a point that takes "
+                                         r"branch 0 of 2 \(false_fun of lax.cond\).*compute one at these arguments"):
         ag.cost(neg, Result())
     # a bare list of vertex ids that does not fit says which branch this graph took
     with pytest.raises(ValueError, match=r"not intermediates of this graph.*traced at a point that takes "
@@ -308,12 +309,25 @@ def test_an_order_for_one_branch_is_refused_at_a_point_taking_the_other():
     assert pos.branch_mismatch(ag.trace(uneven, 2 * X)) is None
 
 
-def test_jacobian_of_an_argument_dependent_branch_is_refused_not_guessed():
-    """alphagrad.jacobian traces from argument shapes (interpreter.prepare), which cannot
-    decide such a branch: it refuses clearly instead of reusing one branch's Jacobian at
-    a point that takes the other."""
-    with pytest.raises(ConcreteValuesNeeded, match=r"`cond` \(lax.cond/lax.switch\) at .*test_control_flow.py"):
-        jacobian(branchy)(X)
+def test_jacobian_follows_the_branch_taken_at_each_call():
+    """alphagrad.jacobian traces at the values where a branch depends on them, and keeps
+    one compiled Jacobian per branch path (interpreter.prepare)."""
+    jac = jacobian(uneven, "markowitz")
+    for x in (X, -X, 2 * X, -2 * X):
+        np.testing.assert_allclose(jac(x), jax.jacrev(uneven)(x), rtol=2e-4, atol=2e-5)
+        g = ag.trace(uneven, x)
+        for order in ("fwd", "rev", "markowitz"):
+            assert executed_multiplications(uneven, order, x) == ag.cost(g, order)
+
+
+def test_an_explicit_order_is_refused_at_a_point_taking_another_branch():
+    pos = ag.trace(uneven, X)
+    jac = jacobian(uneven, baselines.markowitz(pos))
+    jac(X)
+    jac(3 * X)
+    with pytest.raises(ValueError, match=r"this order was made for branch 1 of 2 \(true_fun of lax.cond\) of the `cond` at "
+                                         r".*; at these arguments branch 0 of 2 \(false_fun of lax.cond\) .* is taken: compute an order for them"):
+        jac(-X)
 
 
 # ---------------------------------------------------------------------------- bad input
@@ -341,6 +355,8 @@ def test_a_branch_on_values_given_as_shapes_only_is_refused():
         ag.trace(branchy, jax.ShapeDtypeStruct((3,), jnp.float32))
     with pytest.raises(ConcreteValuesNeeded, match=what_to_do):  # under jax.jit: a tracer
         jax.jit(lambda x: ag.trace(branchy, x).num_vertices)(X)
+    with pytest.raises(ConcreteValuesNeeded, match=what_to_do):  # alphagrad.jacobian under jax.jit
+        jax.jit(jacobian(branchy))(X)
     assert issubclass(ConcreteValuesNeeded, ag.TraceError)
 
 

@@ -96,3 +96,20 @@ def test_lazy_names_are_the_real_ones():
     assert {"from_pretrained", "hub", "card", "agent"} <= set(dir(alphagrad))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         alphagrad.nope  # noqa: B018
+
+
+def test_the_errors_users_catch_are_exported():
+    """The exceptions trace and jacobian raise on user input are public: ``__all__`` names
+    them and ``from alphagrad import *`` gives the module's own classes."""
+    import importlib
+
+    from alphagrad import primitives
+
+    trace = importlib.import_module("alphagrad.trace")  # the module (alphagrad.trace is the function)
+    names: dict = {}
+    exec("from alphagrad import *", names)
+    assert names["TraceError"] is trace.TraceError
+    assert names["ConcreteValuesNeeded"] is trace.ConcreteValuesNeeded
+    assert names["UnsupportedPrimitiveError"] is primitives.UnsupportedPrimitiveError
+    assert issubclass(alphagrad.ConcreteValuesNeeded, alphagrad.TraceError)
+    assert all(hasattr(alphagrad, n) for n in alphagrad.__all__)
