@@ -287,6 +287,44 @@ def _scatter_add(eqn, argnum):
     return [None]
 
 
+def _linalg(matrix_rank: dict):
+    """Linear algebra (cholesky, lu, triangular_solve): every entry of a matrix result
+    depends on every entry of the operand's matrix, so the value is dense over those axes;
+    leading batch axes (shared by operands and results) are diagonal. ``matrix_rank``: the
+    trailing matrix axes per operand (default 2); results' are their rank minus the batch
+    axes. Integer results (lu's pivots, permutation) get no edge (``structures`` drops them)."""
+
+    def rule(eqn, argnum):
+        inn = eqn.in_shapes[argnum]
+        nb = len(inn) - matrix_rank.get(argnum, 2)
+        iv = [("b", t) for t in range(nb)] + [("i", t) for t in range(nb, len(inn))]
+        results = []
+        for out in eqn.out_shapes:
+            ov = [("b", d) for d in range(nb)] + [("o", d) for d in range(nb, len(out))]
+            results.append(st.make(out, inn, ov, iv, ov + [v for v in iv if v[0] == "i"]))
+        return results
+
+    return rule
+
+
+def _custom_linear_solve(eqn, argnum):
+    """``lax.custom_linear_solve`` (``jnp.linalg.solve``, ``inv``): ``x = A^{-1} b``, one
+    primitive (its jaxprs are not inlined: JAX's JVP rule differentiates it as a whole).
+    Dense in ``b`` and in the consts of the ``matvec`` that defines ``A``; JAX's rule
+    gives the consts of ``vecmat``/``solve``/``transpose_solve`` no derivative."""
+    lengths = eqn.params["const_lengths"]
+    consts = lengths.matvec + lengths.vecmat + lengths.solve + lengths.transpose_solve
+    if lengths.matvec <= argnum < consts:
+        return [None] * len(eqn.out_shapes)
+    inn = eqn.in_shapes[argnum]
+    iv = [("i", t) for t in range(len(inn))]
+    results = []
+    for out in eqn.out_shapes:
+        ov = [("o", d) for d in range(len(out))]
+        results.append(st.make(out, inn, ov, iv, ov + iv))
+    return results
+
+
 def _select_n(eqn, argnum):
     return [None] if argnum == 0 else _elementwise()(eqn, argnum)
 
@@ -380,6 +418,10 @@ RULES.update(
         "scatter-add": _scatter_add,
         "scatter_add": _scatter_add,
         "dot_general": _dot_general,
+        "custom_linear_solve": _custom_linear_solve,
+        "cholesky": _linalg({}),
+        "lu": _linalg({}),
+        "triangular_solve": _linalg({}),
     }
 )
 #: Primitives whose value has a faster formula than probing JAX's JVP.
