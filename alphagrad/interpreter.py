@@ -88,9 +88,29 @@ def accumulate(graph: Graph, order: Sequence[int], leaves):
     ``{(input, output): (structure, value)}``, the output values, and the scalar
     multiplications the products issued (counted from the einsums emitted).
     """
-    tables = rules.tables(graph)
     slots = _evaluate(graph, leaves)
-    edges = _edge_values(graph, slots)
+    edges, mults = _eliminate(graph, order, _edge_values(graph, slots), _join_values)
+    outputs = []
+    for v in graph.output_vertices:
+        slot = graph.program.vertex_slot[v]
+        outputs.append(None if slot is None else slots[slot])
+    return edges, outputs, mults
+
+
+def _join_values(so, vo, sp, vp, sj):
+    """The value of an existing edge ``(so, vo)`` plus a new product ``(sp, vp)``, in the
+    layout of their join ``sj`` (no multiplications)."""
+    if sj.value_vars is None:
+        return vp
+    return _embed_value(so, vo, sj) + _embed_value(sp, vp, sj)
+
+
+def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join):
+    """The elimination loop of :func:`accumulate` on ``edges`` (``{(src, dst): (structure,
+    value)}``, consumed): every product through ``structure.product_value``, the one
+    function that emits (and counts) the einsums; ``join`` sums a product into an
+    existing edge. Returns the remaining edges and the multiplications issued."""
+    tables = rules.tables(graph)
     preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
     succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
     for i, k in edges:
@@ -108,9 +128,7 @@ def accumulate(graph: Graph, order: Sequence[int], leaves):
                 if (i, k) in edges:
                     so, vo = edges[(i, k)]
                     sj = tables.structures[tables.join[tables.index(so), tables.index(p.result)]]
-                    if sj.value_vars is not None:
-                        value = _embed_value(so, vo, sj) + _embed_value(p.result, value, sj)
-                    edges[(i, k)] = (sj, value)
+                    edges[(i, k)] = (sj, join(so, vo, p.result, value, sj))
                 else:
                     edges[(i, k)] = (p.result, value)
                     preds[k].add(i)
@@ -120,29 +138,37 @@ def accumulate(graph: Graph, order: Sequence[int], leaves):
             edges.pop((j, k))
             preds[k].discard(j)
         preds[j], succs[j] = set(), set()
-    outputs = []
-    for v in graph.output_vertices:
-        slot = graph.program.vertex_slot[v]
-        outputs.append(None if slot is None else slots[slot])
-    return edges, outputs, mults
+    return edges, mults
 
 
 def executed_multiplications(f: Callable, order, *args) -> int:
     """Scalar multiplications :func:`jacobian` issues for ``order`` on ``f(*args)``.
 
-    Counted from the einsum operands the interpreter emits while it runs (abstractly,
-    without computing), independently of the cost model's tables of costs.
+    Runs the interpreter's elimination loop (:func:`_eliminate`, the same einsums through
+    ``structure.product_value``) under ``jax.eval_shape`` on placeholder values of each
+    structure's value shape, so it counts from shapes without computing or allocating
+    anything of the values' size (the local Jacobians are not evaluated, no index masks
+    are built), independently of the cost model's tables of costs. ``args`` may be arrays
+    or ``jax.ShapeDtypeStruct`` (unless a branch depends on their values).
     """
     graph = _graph_at(f, args)
     order = resolve_order(graph, order)
     count = []
 
-    def run(leaves):
-        count.append(accumulate(graph, order, leaves)[2])
+    def placeholder(s):
+        return None if s.value_vars is None else jnp.zeros(s.value_shape, jnp.float32)
+
+    def join(so, vo, sp, vp, sj):  # the join's value shape, nothing computed
+        return placeholder(sj) if sj.value_vars is not None else vp
+
+    def run():
+        edges = {(e.src, e.dst): (e.structure, placeholder(e.structure)) for e in graph.edges}
+        count.append(_eliminate(graph, order, edges, join)[1])
         return 0
 
-    jax.eval_shape(run, jax.tree_util.tree_leaves(_abstract(args)))
+    jax.eval_shape(run)
     return count[0]
+
 
 
 def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, has_aux: bool = False):
