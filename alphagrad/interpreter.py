@@ -12,7 +12,7 @@ at the end. It is plain JAX, so it composes with ``jax.jit`` and ``jax.vmap``.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,23 @@ from alphagrad import structure as st
 from alphagrad.baselines import resolve_order  # the one door, shared with alphagrad.cost
 from alphagrad.graph import Graph
 from alphagrad.trace import ConcreteValuesNeeded, trace
+
+#: Graphs with more intermediates than this do not run as one jitted program: XLA's
+#: compile of every local Jacobian and product in one program outgrows memory (RoeFlux_3d
+#: x14, 2,219 intermediates: past 17 GB after 5 min; x3, 459: 0.3 GB above the process, 4 s).
+CHUNK_ABOVE = 1000
+#: How those graphs run. ``"chunks"``: as jitted chunks of at most ``CHUNK_PRODUCTS``
+#: products (:class:`_Chunked`), each compiled chunk kept for later calls, so memory grows
+#: with their number (RoeFlux_3d x14, 21 chunks: 1.2 GB peak, 32 s first call, 47 ms per
+#: call; x36, 103 chunks: 3.5 GB, 308 s, 1.1 s). ``"eager"``: op by op on JAX's kernels
+#: compiled per primitive and shapes, no program compiled (x14: 0.74 GB, 6.6 s, 4.2 s per
+#: call; x36: 0.80 GB, 39 s, 14 s per call). ``"auto"``: chunks up to ``MAX_CHUNKS``
+#: chunks, else eager. Peaks include the 0.5 GB of the process after ``import alphagrad``.
+LARGE_GRAPHS = "auto"
+#: Most chunks ``"auto"`` compiles and keeps (about 1.5 GB peak at 32 on RoeFlux_3d).
+MAX_CHUNKS = 32
+#: Products (einsums) per compiled chunk: bounds the size of each program XLA compiles.
+CHUNK_PRODUCTS = 1000
 
 
 def _abstract(args):
@@ -49,25 +66,29 @@ def _takes_same_branches(graph: Graph, leaves) -> bool:
 
 def _edge_values(graph: Graph, slots: dict):
     """Structure and value of every edge of ``graph`` at the evaluated ``slots``."""
+    return {(e.src, e.dst): (e.structure, _edge_value(graph, e, slots)) for e in graph.edges}
+
+
+def _edge_value(graph: Graph, e, slots: dict):
+    """The value of the local Jacobian on edge ``e`` at the evaluated ``slots``."""
     program = graph.program
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
-    edges = {}
-    for e in graph.edges:
-        key = (e.src, e.dst)
-        sources = program.edge_sources.get(key, ())
-        if not sources:  # an output copy: identity, no value
-            edges[key] = (e.structure, None)
-            continue
-        total = None
-        for step_id, argnum, outnum in sources:
-            step = program.steps[step_id]
-            s = prim.structures(step.equation, argnum)[outnum]
-            value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
-            if e.structure.value_vars is not None:
-                value = _embed_value(s, value, e.structure)
-                total = value if total is None else total + value
-        edges[key] = (e.structure, total)
-    return edges
+    total = None
+    for step_id, argnum, outnum in program.edge_sources.get((e.src, e.dst), ()):
+        step = program.steps[step_id]
+        s = prim.structures(step.equation, argnum)[outnum]
+        value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
+        if e.structure.value_vars is not None:
+            value = _embed_value(s, value, e.structure)
+            total = value if total is None else total + value
+    return total  # None for an output copy (identity) or a structure without value
+
+
+def _edge_slots(graph: Graph, e) -> set:
+    """The slots :func:`_edge_value` reads for edge ``e``."""
+    program = graph.program
+    return {r for step_id, _, _ in program.edge_sources.get((e.src, e.dst), ())
+            for r in program.steps[step_id].inputs if not isinstance(r, tuple)}
 
 
 def _evaluate(graph: Graph, leaves) -> dict:
@@ -141,6 +162,189 @@ def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join):
     return edges, mults
 
 
+class _Chunk(NamedTuple):
+    order: tuple  # the vertices this chunk eliminates, in order
+    carried: dict  # {edge: structure} read from earlier chunks' results
+    initial: tuple  # edges (graph.Edge) whose local Jacobian this chunk evaluates
+    slots: tuple  # the slots those local Jacobians read
+    results: tuple  # edges this chunk creates or updates that later chunks or the layout read
+
+
+def _plan(graph: Graph, order: Sequence[int], max_products: int):
+    """Splits ``order`` into chunks of at most ``max_products`` products (or one vertex).
+
+    Follows :func:`_eliminate` on structures alone (the same products and joins, in the
+    same order, from the same rule tables) to find what each chunk reads and leaves.
+    Returns ``(chunks, remaining)``: the :class:`_Chunk` list and ``{edge: structure}``
+    of the edges left at the end, which are carried or still initial."""
+    tables = rules.tables(graph)
+    struct = {(e.src, e.dst): e.structure for e in graph.edges}
+    pending = {(e.src, e.dst): e for e in graph.edges}  # local Jacobians not yet evaluated
+    preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
+    succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
+    for i, k in struct:
+        preds[k].add(i)
+        succs[i].add(k)
+    chunks = []
+    part, carried, initial, fresh, written, products = [], {}, [], set(), set(), 0
+
+    def read(key):  # the first read of ``key`` in this chunk, at its structure then
+        if key in written or key in carried or key in fresh:
+            return
+        if key in pending:
+            initial.append(pending.pop(key))
+            fresh.add(key)
+        else:
+            carried[key] = struct[key]
+
+    def close():
+        slots = set()
+        for e in initial:
+            slots |= _edge_slots(graph, e)
+        results = tuple(sorted(k for k in written if k in struct))
+        chunks.append(_Chunk(tuple(part), dict(carried), tuple(initial), tuple(sorted(slots)), results))
+
+    for j in order:
+        n = len(preds[j]) * len(succs[j])
+        if part and products + n > max_products:
+            close()
+            part, carried, initial, fresh, written, products = [], {}, [], set(), set(), 0
+        part.append(j)
+        products += n
+        for i in sorted(preds[j]):
+            read((i, j))
+            sb = struct.pop((i, j))
+            for k in sorted(succs[j]):
+                read((j, k))
+                p = tables.products[(tables.index(struct[(j, k)]), tables.index(sb))]
+                if (i, k) in struct:
+                    read((i, k))
+                    so = struct[(i, k)]
+                    struct[(i, k)] = tables.structures[tables.join[tables.index(so), tables.index(p.result)]]
+                else:
+                    struct[(i, k)] = p.result
+                    preds[k].add(i)
+                    succs[i].add(k)
+                written.add((i, k))
+            succs[i].discard(j)
+        for k in succs[j]:
+            read((j, k))
+            struct.pop((j, k))
+            preds[k].discard(j)
+        preds[j], succs[j] = set(), set()
+    if part:
+        close()
+    return chunks, struct
+
+
+def _forward(graph: Graph, needed: tuple, leaves):
+    """The slots ``needed`` (and the output values) of the traced program at ``leaves``."""
+    slots = _evaluate(graph, leaves)
+    outputs = [None if s is None else slots[s] for s in (graph.program.vertex_slot[v] for v in graph.output_vertices)]
+    return {s: slots[s] for s in needed}, outputs
+
+
+def _run_chunk(graph: Graph, chunk: _Chunk, counts: list, c: int, carried: list, slots: list):
+    """Eliminates ``chunk.order`` on the carried values (in ``chunk.carried``'s order) and
+    the local Jacobians it evaluates from ``slots`` (in ``chunk.slots``' order); returns
+    the values of ``chunk.results``. Records the multiplications the products issued
+    (known when traced) in ``counts[c]``."""
+    edges = {key: (s, v) for (key, s), v in zip(chunk.carried.items(), carried)}
+    slots = dict(zip(chunk.slots, slots))
+    for e in chunk.initial:
+        edges[(e.src, e.dst)] = (e.structure, _edge_value(graph, e, slots))
+    edges, mults = _eliminate(graph, chunk.order, edges, _join_values)
+    counts[c] = mults
+    return [edges[key][1] for key in chunk.results]
+
+
+def _release_memory():
+    """Hands the C heap's free pages back to the system (glibc's ``malloc_trim``): XLA's
+    compiler frees most of what it allocates for a chunk, but glibc keeps it resident
+    (RoeFlux_3d x14 in chunks: 0.86 GB -> 0.58 GB once executables and caches are freed)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
+class _Chunked:
+    """The Jacobian of a large graph as a sequence of jitted programs of bounded size.
+
+    One jitted forward pass gives the slots that local Jacobians read; then each chunk of
+    the order (at most ``max_products`` products) is one jitted program that evaluates
+    the local Jacobians it first reads, eliminates its vertices and returns only the edge
+    values later chunks or the layout read; a last one lays the Jacobian out. The
+    products, and so the multiplications, are those of :func:`accumulate`: its loop
+    (:func:`_eliminate`) runs on each chunk's edges. Calls ``layout(edges, outputs,
+    leaves)`` at the end (under jit) when given, else returns what accumulate returns.
+    """
+
+    def __init__(self, graph: Graph, order: Sequence[int], max_products: int, layout=None):
+        self.chunks, self.remaining = _plan(graph, order, max_products)
+        self.counts = [None] * len(self.chunks)
+        self.compiled = [None] * len(self.chunks)
+        pending = {(e.src, e.dst): e for e in graph.edges}
+        for chunk in self.chunks:
+            for e in chunk.initial:
+                pending.pop((e.src, e.dst))
+        self.last = tuple(pending[k] for k in self.remaining if k in pending)
+        self.last_slots = tuple(sorted(set().union(*[_edge_slots(graph, e) for e in self.last])))
+        needed = set(self.last_slots).union(*[c.slots for c in self.chunks])
+        self.forward = jax.jit(functools.partial(_forward, graph, tuple(sorted(needed))))
+        self.steps = [jax.jit(functools.partial(_run_chunk, graph, chunk, self.counts, c))
+                      for c, chunk in enumerate(self.chunks)]
+        self.layout = layout
+        self.finish = jax.jit(functools.partial(self._finish, graph, layout))
+
+    def _finish(self, graph, layout, carried, slots, outputs, leaves):
+        edges = {key: (s, carried[key]) for key, s in self.remaining.items() if key in carried}
+        for e in self.last:
+            edges[(e.src, e.dst)] = (e.structure, _edge_value(graph, e, slots))
+        if layout is None:
+            return {key: v for key, (_, v) in edges.items()}, outputs
+        return layout(edges, outputs, leaves)
+
+    @property
+    def multiplications(self) -> int:
+        """The multiplications the chunks issued (after the first call)."""
+        return sum(self.counts)
+
+    def __call__(self, leaves):
+        traced = any(isinstance(l, jax.core.Tracer) for l in leaves)  # under jit/vmap
+        slots, outputs = self.forward(leaves)
+        env = {}
+        for c, chunk in enumerate(self.chunks):
+            args = ([env.pop(k) for k in chunk.carried], [slots[s] for s in chunk.slots])
+            if traced:
+                step = self.steps[c]
+            else:  # compiled ahead of time: only the executable is kept, not its HLO
+                if self.compiled[c] is None:
+                    self.compiled[c] = self.steps[c].lower(*args).compile()
+                    _release_memory()
+                step = self.compiled[c]
+            env.update(zip(chunk.results, step(*args)))
+        result = self.finish(env, {s: slots[s] for s in self.last_slots}, outputs, leaves)
+        if self.layout is not None:
+            return result
+        values, outputs = result
+        return {key: (s, values[key]) for key, s in self.remaining.items()}, outputs, self.multiplications
+
+
+def _large(graph: Graph, order: Sequence[int], layout):
+    """How a graph above ``CHUNK_ABOVE`` runs (see ``LARGE_GRAPHS``): a :class:`_Chunked`
+    or a function running :func:`accumulate` and ``layout`` op by op."""
+    if LARGE_GRAPHS not in ("auto", "chunks", "eager"):
+        raise ValueError(f"interpreter.LARGE_GRAPHS must be 'auto', 'chunks' or 'eager', not {LARGE_GRAPHS!r}")
+    if LARGE_GRAPHS != "eager":
+        chunked = _Chunked(graph, order, CHUNK_PRODUCTS, layout)
+        if LARGE_GRAPHS == "chunks" or len(chunked.chunks) <= MAX_CHUNKS:
+            return chunked
+    return lambda leaves: layout(*accumulate(graph, order, leaves)[:2], leaves)
+
+
 def executed_multiplications(f: Callable, order, *args) -> int:
     """Scalar multiplications :func:`jacobian` issues for ``order`` on ``f(*args)``.
 
@@ -186,7 +390,9 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
       ``jax.jacrev(f, argnums=argnums, has_aux=has_aux)``. The graph is traced, the order
       resolved and the computation jitted once per argument shapes and dtypes (cached), so
       calls outside ``jax.jit`` run compiled too; inside ``jax.jit``/``jax.vmap`` it
-      composes as any JAX function.
+      composes as any JAX function. Graphs of more than ``CHUNK_ABOVE`` intermediates
+      run as jitted chunks or op by op instead of one program (see ``LARGE_GRAPHS``): the
+      same products, a bounded compile.
     """
     cache: dict = {}
     main = (lambda *a: f(*a)[0]) if has_aux else f
@@ -210,9 +416,12 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
         ord_ = resolve_order(graph, order)
         arg_trees = [jax.tree_util.tree_structure(a) for a in abstract]
         offsets = np.cumsum([0] + [t.num_leaves for t in arg_trees])
-        compute = functools.partial(_dense_jacobian, graph, ord_, nums, arg_trees, offsets,
-                                    isinstance(argnums, int))
-        entries.append((graph, ord_, jax.jit(compute)))
+        layout = functools.partial(_layout, graph, nums, arg_trees, offsets, isinstance(argnums, int))
+        if len(graph.intermediates) > CHUNK_ABOVE:
+            compute = _large(graph, ord_, layout)
+        else:
+            compute = jax.jit(lambda leaves: layout(*accumulate(graph, ord_, leaves)[:2], leaves))
+        entries.append((graph, ord_, compute))
         return entries[-1]
 
     @functools.wraps(f)
@@ -242,9 +451,8 @@ def jacobian(f: Callable, order: Any = "rev", argnums: int | Sequence[int] = 0, 
     return jac
 
 
-def _dense_jacobian(graph, order, nums, arg_trees, offsets, single, leaves):
-    """Runs the elimination and lays the input->output Jacobians out as jax.jacrev does."""
-    edges, outputs, _ = accumulate(graph, order, leaves)
+def _layout(graph, nums, arg_trees, offsets, single, edges, outputs, leaves):
+    """Lays the input->output Jacobians ``edges`` out as jax.jacrev does."""
     blocks_per_output = []
     for o, ov in zip(graph.output_vertices, outputs):
         per_arg = []
