@@ -180,6 +180,33 @@ class Agent(hub.AgentHubMixin):
         self._cache[key] = result
         return result
 
+    def greedy_order(self, f, *example_args) -> list[int]:
+        """The order the network plays greedily for the Jacobian of ``f(*example_args)``
+        (or of a traced :class:`~alphagrad.graph.Graph`): its most likely move at every
+        step, with no search, no annealing and no baseline competing, so it shows what
+        the network alone has learned. (As in training, the network sees costs relative to
+        the best of forward, reverse and Markowitz; only their cost is used.)
+
+        Raises:
+          alphagrad.engine.GraphTooLargeError: the graph has more vertices than the model
+            handles.
+        """
+        graph = f if isinstance(f, Graph) else _trace(f, *example_args)
+        if graph.num_vertices > self.max_vertices:
+            raise engine.GraphTooLargeError(
+                f"the graph has {graph.num_vertices} vertices, more than this model's limit of "
+                f"{self.max_vertices}; alphagrad.baselines.markowitz(graph) or "
+                f"alphagrad.baselines.anneal(graph) give orders for it")
+        if not graph.intermediates:
+            return []
+        ev = Evaluator(graph, "exact")
+        scale = max(min(ev.cost(o) for o in (baselines.forward(graph), baselines.reverse(graph), ev.markowitz())), 1)
+        states, scales = _initial_states(graph, self.max_vertices, scale, 1)
+        args = (self.params, jax.random.key(0), states, scales, jnp.zeros(1, jnp.float32))
+        rollout, _ = self._compile("rollout", search.rollout, *args, prior=search.network_prior(self.net),
+                                   record=True)
+        return [int(v) for v in search.orders(rollout(*args))[0]]
+
     def _compile(self, name: str, fn, *args, **static):
         """An AOT-compiled ``fn`` for these argument shapes, and the seconds compiling took."""
         shapes = tuple((x.shape, x.dtype) for x in jax.tree_util.tree_leaves(args))
@@ -190,6 +217,14 @@ class Agent(hub.AgentHubMixin):
         compiled = fn.lower(*args, **static).compile()
         self._compiled[k] = compiled
         return compiled, time.perf_counter() - t
+
+
+def _initial_states(graph: Graph, max_vertices: int, scale: float, n: int):
+    """``n`` copies of ``graph``'s initial game state (a batch) and of ``scale``."""
+    T = engine.tables(graph)
+    S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
+    state = engine.encode(graph, "exact", num_structures=S, max_vertices=max_vertices)
+    return search.batch_states([state] * n), jnp.full((n,), scale, jnp.float32)
 
 
 def _trace(f, *args) -> Graph:
@@ -379,10 +414,7 @@ class _Search:
         """``n`` copies of the graph's initial state and scale, encoded once per ``n`` (every
         batch of a call starts from them)."""
         if n not in self.initial:
-            T = engine.tables(self.graph)
-            S = max(64, 1 << (T.size - 1).bit_length())  # few distinct shapes: few compiles
-            state = engine.encode(self.graph, "exact", num_structures=S, max_vertices=self.agent.max_vertices)
-            self.initial[n] = search.batch_states([state] * n), jnp.full((n,), self.scale, jnp.float32)
+            self.initial[n] = _initial_states(self.graph, self.agent.max_vertices, self.scale, n)
         return self.initial[n]
 
     def _play(self, params, record=False):

@@ -19,7 +19,7 @@ import alphagrad as ag
 from alphagrad import engine, hub
 from alphagrad.agent import CONFIG_SIZE_LIMIT, Agent, OrderResult, _dummy_input, model_config
 from alphagrad.card import is_model_card
-from alphagrad.network import NetworkConfig, PolicyValueNet
+from alphagrad.network import NetworkConfig, PolicyValueNet, observe
 from test_baselines import small_scalar
 
 
@@ -245,3 +245,22 @@ def test_hub_tool_runs_from_the_repository_root(agent, tmp_path):
                           timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(tmp_path / "dry")) == ["README.md", "config.json", "model.safetensors"]
+
+
+def test_greedy_order_is_the_networks_own_argmax_game(agent, graph):
+    """greedy_order plays the network's most likely legal move at every step, from the
+    function or its graph alike, and returns it as is (not the best baseline)."""
+    order = agent.greedy_order(graph)
+    assert sorted(order) == sorted(graph.intermediates)
+    assert agent.greedy_order(small_scalar, 0.3, 0.5, 0.7) == order
+    # replay: at every state the chosen vertex is the argmax of the network's logits
+    ev_scale = max(min(ag.cost(graph, o) for o in ("fwd", "rev", ag.baselines.markowitz(graph))), 1)
+    state = engine.encode(graph, "exact", max_vertices=agent.max_vertices)
+    for v in order:
+        tokens, edges, mask = observe(state, jnp.float32(ev_scale))
+        logits, _ = agent.net.apply(agent.params, tokens, edges, mask)
+        legal = np.asarray(state.eliminable)
+        assert int(np.argmax(np.where(legal, np.asarray(logits), -np.inf))) == v
+        state, _ = engine.eliminate(state, v)
+    with pytest.raises(engine.GraphTooLargeError, match="limit"):
+        tiny_agent(max_vertices=8).greedy_order(graph)
