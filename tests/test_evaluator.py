@@ -85,3 +85,59 @@ def test_anneal_is_deterministic_and_returns_early_when_the_optimum_is_proven():
     order = baselines.anneal(small, budget_s=10)
     assert time.perf_counter() - t < 5
     assert ag.cost(small, order) == ag.cost(small, baselines.optimal(small))
+
+
+def _undo_restores_every_prefix_state(g, seed):
+    """Eliminating an order with an undo log, then undoing back to any position, gives the
+    state (edges, structures, hash) of eliminating that prefix from scratch, and eliminating
+    the rest again costs what it cost the first time."""
+    from alphagrad import evaluator as E
+    from alphagrad.evaluator import State
+
+    ev = Evaluator(g)
+    rng = np.random.default_rng(seed)
+    order = np.asarray(rng.permutation(g.intermediates), np.int64)
+    V = g.num_vertices
+    mark, pos = np.zeros(V + 1, np.int64), np.zeros(V, np.int64)
+    tables = (ev.compose, ev.join, ev.cost_table)
+    work, log = E.copy_state(ev.initial), E.new_log(1)  # tiny: the log must grow
+    marks, costs = [], []
+    for v in order:
+        marks.append(log[0])
+        c = E.eliminate(work, v, *tables, mark, pos, log)
+        while c == E.LOG_FULL:
+            log = E.grow_log(log)
+            c = E.eliminate(work, v, *tables, mark, pos, log)
+        costs.append(int(c))
+    assert sum(costs) == ev.cost(order)
+    for k in sorted(rng.choice(len(order), size=min(4, len(order)), replace=False), reverse=True):
+        E.undo(work, log, marks[k])
+        ref = E.copy_state(ev.initial)
+        for v in order[:k]:
+            E.eliminate(ref, v, *tables, mark, pos, np.zeros(0, np.int64))
+        assert State(work) == State(ref) and work[-1][2] == ref[-1][2]
+        again = []
+        for v in order[k:]:
+            c = E.eliminate(work, v, *tables, mark, pos, log)
+            while c == E.LOG_FULL:
+                log = E.grow_log(log)
+                c = E.eliminate(work, v, *tables, mark, pos, log)
+            again.append(int(c))
+        assert again == costs[k:]
+        E.undo(work, log, marks[k])
+
+
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "Encoder", "KalmanCV2D"])
+def test_undo_restores_every_prefix_state_on_benchmarks(name):
+    ex = ag.examples.get(name)
+    _undo_restores_every_prefix_state(ag.trace(ex.fn, *ex.args), 0)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(seed=hst.integers(0, 10_000), ops=hst.integers(8, 50))
+def test_undo_restores_every_prefix_state_on_random_programs(seed, ops):
+    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
+    f, args = rp.generate(spec, seed)
+    g = ag.trace(f, *args)
+    if len(g.intermediates) >= 1:
+        _undo_restores_every_prefix_state(g, seed)
