@@ -448,8 +448,9 @@ def optimal(state0, inter, compose, join, cost):
 
 # ------------------------------------------------------------------------ annealing
 @numba.njit(cache=True, nogil=True)
-def _step_logged(work, v, compose, join, cost, mark, pos, log):
-    """:func:`eliminate` with a log that grows as needed: ``(multiplications, log)``."""
+def eliminate_logged(work, v, compose, join, cost, mark, pos, log):
+    """:func:`eliminate` recording into ``log``, grown as needed: ``(multiplications, log)``
+    (the log may be a new, larger array)."""
     while True:
         m = eliminate(work, v, compose, join, cost, mark, pos, log)
         if m != LOG_FULL:
@@ -467,7 +468,7 @@ def _seek(work, log, lpos, order, cursor, target, compose, join, cost, mark, pos
         return np.int64(0), log
     for p in range(cursor, target):
         lpos[p] = log[0]
-        m, log = _step_logged(work, order[p], compose, join, cost, mark, pos, log)
+        m, log = eliminate_logged(work, order[p], compose, join, cost, mark, pos, log)
         if m < 0:
             return OVERFLOW, log
     lpos[target] = log[0]
@@ -488,7 +489,7 @@ def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost
     run = pcost[lo]
     for p in range(lo, n):
         tmp_lpos[p] = log[0]
-        m, log = _step_logged(work, cand[p], compose, join, cost, mark, pos, log)
+        m, log = eliminate_logged(work, cand[p], compose, join, cost, mark, pos, log)
         if m < 0:
             return OVERFLOW, 0, log
         run = _add(run, m)

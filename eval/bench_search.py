@@ -121,8 +121,7 @@ def _log_bytes(ev: Evaluator, order) -> int:
     V = ev.graph.num_vertices
     mark, pos = np.zeros(V + 1, np.int64), np.zeros(V, np.int64)
     for v in order:
-        while E.eliminate(work, v, ev.compose, ev.join, ev.cost_table, mark, pos, log) == E.LOG_FULL:
-            log = E.grow_log(log)
+        _, log = E.eliminate_logged(work, v, ev.compose, ev.join, ev.cost_table, mark, pos, log)
     return 2 * 8 * int(log[0])
 
 

@@ -104,10 +104,7 @@ def _undo_restores_every_prefix_state(g, seed):
     marks, costs = [], []
     for v in order:
         marks.append(log[0])
-        c = E.eliminate(work, v, *tables, mark, pos, log)
-        while c == E.LOG_FULL:
-            log = E.grow_log(log)
-            c = E.eliminate(work, v, *tables, mark, pos, log)
+        c, log = E.eliminate_logged(work, v, *tables, mark, pos, log)
         costs.append(int(c))
     assert sum(costs) == ev.cost(order)
     for k in sorted(rng.choice(len(order), size=min(4, len(order)), replace=False), reverse=True):
@@ -118,10 +115,7 @@ def _undo_restores_every_prefix_state(g, seed):
         assert State(work) == State(ref) and work[-1][2] == ref[-1][2]
         again = []
         for v in order[k:]:
-            c = E.eliminate(work, v, *tables, mark, pos, log)
-            while c == E.LOG_FULL:
-                log = E.grow_log(log)
-                c = E.eliminate(work, v, *tables, mark, pos, log)
+            c, log = E.eliminate_logged(work, v, *tables, mark, pos, log)
             again.append(int(c))
         assert again == costs[k:]
         E.undo(work, log, marks[k])
