@@ -200,7 +200,7 @@ class Agent(hub.AgentHubMixin):
         if not graph.intermediates:
             return []
         ev = Evaluator(graph, "exact")
-        scale = max(min(ev.cost(o) for o in (baselines.forward(graph), baselines.reverse(graph), ev.markowitz())), 1)
+        scale = max(min(ev.cost(o) for o in _baseline_orders(graph, ev).values()), 1)
         states, scales = _initial_states(graph, self.max_vertices, scale, 1)
         args = (self.params, jax.random.key(0), states, scales, jnp.zeros(1, jnp.float32))
         rollout, _ = self._compile("rollout", search.rollout, *args, prior=search.network_prior(self.net),
@@ -217,6 +217,13 @@ class Agent(hub.AgentHubMixin):
         compiled = fn.lower(*args, **static).compile()
         self._compiled[k] = compiled
         return compiled, time.perf_counter() - t
+
+
+def _baseline_orders(graph: Graph, ev: Evaluator) -> dict:
+    """The forward, reverse and Markowitz orders, by name: the network's cost scale is the
+    cheapest of them, and a search never returns worse."""
+    return {"forward": baselines.forward(graph), "reverse": baselines.reverse(graph),
+            "markowitz": ev.markowitz()}
 
 
 def _initial_states(graph: Graph, max_vertices: int, scale: float, n: int):
@@ -389,9 +396,7 @@ class _Search:
         self.budget_s = budget_s
         self.ev = Evaluator(g, "exact")
         costs = {}
-        for name, fn in (("forward", baselines.forward), ("reverse", baselines.reverse),
-                         ("markowitz", lambda g: self.ev.markowitz())):
-            order = fn(g)
+        for name, order in _baseline_orders(g, self.ev).items():
             costs[name] = self.ev.cost(order)
             self.offer(order, name, costs[name])
         self.scale = float(max(min(costs.values()), 1))
