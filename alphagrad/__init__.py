@@ -22,7 +22,7 @@ from alphagrad.trace import ConcreteValuesNeeded, TraceError, trace
 
 __all__ = ["trace", "cost", "jacobian", "from_pretrained", "baselines", "examples", "Graph", "TraceError",
            "ConcreteValuesNeeded", "UnsupportedPrimitiveError"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Names loaded on first access: attribute -> (module, attribute in it or None for the module).
 _LAZY = {

@@ -85,11 +85,14 @@ def model_card(config: dict, info: dict | None = None) -> str:
         "",
         ("The pretrained network of **alphagrad**, a library that "
          "computes Jacobians of JAX functions by cross-country vertex elimination. It is one "
-         "transformer policy-value network, trained AlphaZero-style: given the computational graph "
-         "of a function, its policy head proposes which intermediate vertex to eliminate next and "
-         "its value head estimates the cost still to come. A Monte-Carlo tree search guided by the "
-         "two produces a vertex-elimination order for Jacobian accumulation, which can take fewer "
-         "multiplications than forward or reverse mode."),
+         "transformer policy-value network for all graphs: an encoder attends along the edges of a "
+         "function's computational graph once, and a light per-vertex decoder scores, at every step, "
+         "which intermediate vertex to eliminate next (its policy) and estimates the cost still to "
+         "come (its value), re-scoring only the eliminated vertex's neighbours. It is trained on "
+         "annealed orders of many generated graphs, with soft targets: every move that keeps the "
+         "completed cost minimal. Its orders, and annealing started from them, give "
+         "vertex-elimination orders for Jacobian accumulation that can take fewer multiplications "
+         "than forward or reverse mode."),
         "",
         ("Files: `config.json` (architecture and format version), `model.safetensors` "
          "(float32 weights, loaded without unpickling anything) and this card."),

@@ -215,14 +215,13 @@ def order(args) -> int:
         graph = _trace(fn, name, example, args.args)
         agent = _agent(args.model)
         try:
-            result = agent.order(graph, budget_s=args.budget, finetune=not args.no_finetune,
-                                 simulations=args.simulations, fallback=args.fallback, seed=args.seed)
+            result = agent.order(graph, budget_s=args.budget, fallback=args.fallback, seed=args.seed)
         except GraphTooLargeError as e:
             raise UsageError(f"{e} (on the command line: --fallback markowitz)") from None
     if args.json:
         print(json.dumps({"order": result.order, "cost": result.cost, "baselines": result.baselines,
                           "savings": result.savings, "method": result.method,
-                          "zero_shot_cost": result.zero_shot_cost, "seconds": result.seconds,
+                          "network_cost": result.network_cost, "seconds": result.seconds,
                           "compile_seconds": result.compile_seconds, "fingerprint": result.fingerprint},
                          allow_nan=False))
     else:
@@ -342,11 +341,10 @@ def main(argv=None) -> int:
     p.add_argument("target", help="path/to/file.py:function")
     p.add_argument("--args", required=True, help='example arguments, e.g. "f32[3,4] f32[]"')
     p.add_argument("--model", default=None, help="model directory or hub repo id (default: bundled)")
-    p.add_argument("--budget", type=_seconds(False), default=10.0, help="seconds of search and fine-tuning (> 0)")
-    p.add_argument("--simulations", type=_count, default=None, help="MCTS simulations per move (0: none)")
-    p.add_argument("--no-finetune", action="store_true", help="zero-shot only")
+    p.add_argument("--budget", type=_seconds(False), default=10.0,
+                   help="seconds of network orders and annealing (> 0)")
     p.add_argument("--fallback", choices=["markowitz"], default=None,
-                   help="a Markowitz order for graphs over the model's limit")
+                   help="graphs over the model's limit: annealing from the classic orders, without the network")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--json", action="store_true", help="print only the result, as JSON, on stdout")
     p.set_defaults(run=order)

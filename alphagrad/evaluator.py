@@ -601,6 +601,65 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
 
 # ------------------------------------------- the dense evaluator of release 0.1.0
 @numba.njit(cache=True, nogil=True)
+def move_deltas(state0, order, positions, horizon, compose, join, cost):
+    """How much moving one later vertex to position ``t`` changes the cost of ``order``,
+    for each ``t`` in ``positions`` (ascending): the soft policy targets of training.
+
+    For each ``t`` and each ``j`` in ``t .. min(n, t + horizon) - 1``, the order
+    ``order[:t] + [order[j]] + order[t:j] + order[j + 1:]`` is scored: from position
+    ``j + 1`` on it has eliminated the same vertices as ``order``, hence the same edges
+    remain and the rest costs the same, so only positions ``t .. j`` are re-eliminated
+    (from the state after ``t``, through the undo log). Scoring stops once the variant is
+    sure to cost more.
+
+    Returns ``(deltas, flag)``: ``deltas[p, j - t]`` is the variant's cost minus the
+    order's when it is <= 0, else 1 (costs more), or 2 (past the horizon or the order's
+    end); ``flag`` is :data:`OVERFLOW` if a pool filled up, else 0."""
+    n = order.shape[0]
+    V = state0[0].shape[0]
+    deltas = np.full((positions.shape[0], horizon), 2, np.int64)
+    work = copy_state(state0)
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    empty = np.zeros(0, np.int64)
+    steps = np.zeros(n, np.int64)  # the order's cost of each position
+    for p in range(n):
+        m = eliminate(work, order[p], compose, join, cost, mark, pos, empty)
+        if m < 0:
+            return deltas, OVERFLOW
+        steps[p] = m
+    work = copy_state(state0)
+    log = new_log(1024)
+    done = 0
+    for r in range(positions.shape[0]):
+        t = positions[r]
+        while done < t:
+            m = eliminate(work, order[done], compose, join, cost, mark, pos, empty)
+            if m < 0:
+                return deltas, OVERFLOW
+            done += 1
+        deltas[r, 0] = 0
+        segment = steps[t]  # what the order spends on positions t..j
+        for j in range(t + 1, min(n, t + horizon)):
+            segment += steps[j]
+            log[0] = 0
+            m, log = eliminate_logged(work, order[j], compose, join, cost, mark, pos, log)
+            if m < 0:
+                return deltas, OVERFLOW
+            run = m
+            p = t
+            while p < j and run <= segment:
+                m, log = eliminate_logged(work, order[p], compose, join, cost, mark, pos, log)
+                if m < 0:
+                    return deltas, OVERFLOW
+                run += m
+                p += 1
+            deltas[r, j - t] = run - segment if run <= segment else 1
+            undo(work, log, 0)
+    return deltas, np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True)
 def _dense_eliminate(E, compose, join, cost, v, preds, succs):
     n = E.shape[0]
     np_ = 0
@@ -748,6 +807,11 @@ class Evaluator:
         )
         self._pool = 4 * len(graph.edges) + 8 * graph.num_vertices + 64
         self._state = None
+
+    @property
+    def edge_arrays(self) -> tuple:
+        """``(src, dst, structure id)`` int64 arrays of the graph's edges."""
+        return self._edges
 
     @property
     def initial(self):

@@ -58,7 +58,7 @@ from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 from alphagrad.card import TAGS, is_model_card, model_card
 
 MODEL_TYPE = "alphagrad-policy-value"
-FORMAT_VERSION = 1  # the newest config.json schema this code reads (and the one it writes)
+FORMAT_VERSION = 2  # the config.json schema this code reads and writes (2: the sparse policy network)
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
@@ -303,6 +303,13 @@ def _read_config(path: str | os.PathLike, where: str) -> dict:
         raise UnsupportedFormatError(
             f"{where} was saved in alphagrad model format version {version}, but this version of "
             f"alphagrad reads format versions up to {FORMAT_VERSION}. {_UPGRADE_HINT}"
+        )
+    if version < FORMAT_VERSION:
+        raise UnsupportedFormatError(
+            f"{where} holds the old dense network (model format version {version}); this alphagrad's "
+            f"agent is a different network (format {FORMAT_VERSION}) and cannot use its weights. Use the "
+            f"bundled model (alphagrad.from_pretrained()), retrain with `python -m train`, or load it with "
+            f"alphagrad 0.1 (pip install 'alphagrad<0.2')"
         )
     return {k: v for k, v in config.items() if k not in _RESERVED}
 

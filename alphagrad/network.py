@@ -1,11 +1,16 @@
-"""A policy-value transformer over the vertices of a partly eliminated graph (flax).
+"""The policy-value network of the sparse elimination game (flax).
 
-Each vertex is a token. There are no position embeddings: the graph's structure enters
-only through per-vertex features (:func:`observe`) and through attention logits biased by
-the edges between two vertices (with and without values, in either direction), so the
-network is equivariant to renumbering the vertices (a test checks it) and handles any
-graph up to the padded size. Outputs: one logit per vertex (illegal actions masked by the
-caller) and a value.
+One transformer for all graphs, cheap per move (:mod:`alphagrad.policy` plays it):
+
+* an **encoder**, run once per graph: each vertex is a token, attention runs along the
+  graph's edges (both directions, a self loop, and the edge's features: whether it
+  carries values and the multiplications it takes part in), and a global token (the
+  graph's mean) joins every block; no position embeddings, so renumbering the vertices
+  permutes the outputs (a test checks it);
+* a **decoder**, run per state: a vertex's logit is two dense layers over its embedding
+  and its dynamic features (elimination cost now, degrees), so after a move only the
+  eliminated vertex's neighbours are re-scored; the value (the cost still to come, over
+  the graph's best baseline) pools the legal vertices with the game's progress.
 """
 
 from __future__ import annotations
@@ -15,74 +20,7 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-
-from alphagrad import engine
-
-NUM_FEATURES = 16
-NUM_EDGE_CHANNELS = 4
-#: Index of the "eliminable now" flag among a token's features.
-LEGAL_FEATURE = 8
-
-
-def observe(state: engine.GameState, scale) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Features of one state: the network's input.
-
-    Returns:
-      ``(tokens [V, NUM_FEATURES], edges [V, V] int8, mask [V])``: per-vertex features
-      (log sizes of the leading axes and of the whole value, kind, legality, degrees,
-      with/without-value edge counts, the current cost of eliminating the vertex relative
-      to ``scale``), the edge codes (0: none, 1: a value-carrying edge i->j, 2: a +-1
-      edge; compact, so replay buffers can hold many) and which tokens are real vertices.
-    """
-    E = state.edges
-    present = E != 0
-    value = state.has_value[E] & present
-    unit = present & ~value
-    f32 = lambda x: x.astype(jnp.float32)
-    sizes = f32(state.sizes)
-    kinds = state.kinds
-    cost = f32(engine.vertex_costs(state))
-    tokens = jnp.concatenate(
-        [
-            jnp.log1p(sizes),  # 4
-            jnp.log1p(jnp.prod(sizes, axis=-1, keepdims=True)),
-            f32(jnp.stack([kinds == 0, kinds == 1, kinds == 2, state.eliminable], -1)),  # 4
-            jnp.log1p(f32(jnp.stack([present.sum(0), present.sum(1), value.sum(0), value.sum(1),
-                                     unit.sum(0)], -1))),  # 5
-            jnp.log1p(cost / scale)[:, None],
-            (cost == 0)[:, None].astype(jnp.float32),
-        ],
-        axis=-1,
-    )
-    codes = jnp.where(value, 1, jnp.where(unit, 2, 0)).astype(jnp.int8)
-    return tokens, codes, kinds >= 0
-
-
-def edge_channels(codes: jax.Array) -> jax.Array:
-    """``[V, V] int8`` edge codes -> ``[V, V, NUM_EDGE_CHANNELS]`` float channels: a
-    value-carrying edge i->j, a +-1 edge i->j, and both reversed."""
-    value, unit = codes == 1, codes == 2
-    return jnp.stack([value, unit, value.T, unit.T], -1).astype(jnp.float32)
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block with edge-biased multi-head attention."""
-
-    dim: int
-    heads: int
-
-    @nn.compact
-    def __call__(self, x, edges, mask):
-        h = nn.LayerNorm()(x)
-        q, k, v = (nn.DenseGeneral((self.heads, self.dim // self.heads), name=n)(h) for n in "qkv")
-        logits = jnp.einsum("qhd,khd->hqk", q, k) / jnp.sqrt(self.dim // self.heads)
-        logits = logits + jnp.einsum("qkc,ch->hqk", edges, self.param(
-            "edge_bias", nn.initializers.normal(1.0), (NUM_EDGE_CHANNELS, self.heads)))
-        logits = jnp.where(mask[None, None, :], logits, -1e9)
-        attn = jax.nn.softmax(logits, axis=-1)
-        x = x + nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(jnp.einsum("hqk,khd->qhd", attn, v))
-        h = nn.LayerNorm()(x)
-        return x + nn.Dense(self.dim)(nn.gelu(nn.Dense(4 * self.dim)(h)))
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,34 +32,147 @@ class NetworkConfig:
     layers: int = 3
 
 
-class PolicyValueNet(nn.Module):
-    """``(tokens [V, F], edges [V, V] int8, mask [V]) -> (logits [V], value [])``, the
-    inputs as :func:`observe` returns them."""
+# ----------------------------------------------------------------------------------
+# The policy network of the sparse game (alphagrad.policy): an encoder over the graph's
+# edges, run once per graph, and a per-vertex decoder, run per move on what changed.
+
+
+def _segment_softmax(logits, segments, valid, num_segments):
+    """Softmax of ``logits [M, H]`` within each segment (masked entries get 0)."""
+    logits = jnp.where(valid[:, None], logits, -1e9)
+    top = jax.ops.segment_max(logits, segments, num_segments)
+    e = jnp.exp(logits - top[segments]) * valid[:, None]
+    total = jax.ops.segment_sum(e, segments, num_segments)
+    return e / jnp.maximum(total[segments], 1e-9)
+
+
+class EdgeAttention(nn.Module):
+    """Pre-norm transformer block whose attention runs along the graph's edges (both
+    directions and a self loop), plus a global token (the mean over the graph)."""
+
+    dim: int
+    heads: int
+
+    @nn.compact
+    def __call__(self, x, send, recv, messages, valid, vmask):
+        V = x.shape[0]
+        dh = self.dim // self.heads
+        h = nn.LayerNorm()(x)
+        q = nn.DenseGeneral((self.heads, dh), name="q")(h)[recv]
+        k = nn.DenseGeneral((self.heads, dh), name="k")(h)[send] + nn.DenseGeneral((self.heads, dh), name="ek")(messages)
+        v = nn.DenseGeneral((self.heads, dh), name="v")(h)[send] + nn.DenseGeneral((self.heads, dh), name="ev")(messages)
+        attn = _segment_softmax((q * k).sum(-1) / jnp.sqrt(dh), recv, valid, V)
+        agg = jax.ops.segment_sum(attn[..., None] * v, recv, V)
+        x = x + nn.DenseGeneral(self.dim, axis=(-2, -1), name="out")(agg)
+        pooled = (x * vmask[:, None]).sum(0) / jnp.maximum(vmask.sum(), 1)
+        x = x + nn.Dense(self.dim, name="glob")(pooled)[None, :]
+        h = nn.LayerNorm()(x)
+        return (x + nn.Dense(self.dim)(nn.gelu(nn.Dense(4 * self.dim)(h)))) * vmask[:, None]
+
+
+def messages(src, dst, edge_features, num_edges, V: int):
+    """The encoder's message list for a graph padded to ``V`` vertices: every edge
+    forwards and backwards, and a self loop per vertex, with the edge's features and the
+    direction as message features. Returns ``(send, recv, features, valid)``."""
+    E = src.shape[0]
+    real = jnp.arange(E) < num_edges
+    loops = jnp.arange(V, dtype=src.dtype)
+    send = jnp.concatenate([src, dst, loops])
+    recv = jnp.concatenate([dst, src, loops])
+    zeros = jnp.zeros((V, edge_features.shape[-1]), edge_features.dtype)
+    feats = jnp.concatenate([edge_features, edge_features, zeros])
+    direction = jnp.concatenate([jnp.zeros(E, jnp.int32), jnp.ones(E, jnp.int32), jnp.full(V, 2, jnp.int32)])
+    feats = jnp.concatenate([feats, jax.nn.one_hot(direction, 3, dtype=feats.dtype)], -1)
+    valid = jnp.concatenate([real, real, jnp.ones(V, bool)])
+    return send, recv, feats, valid
+
+
+class PolicyNet(nn.Module):
+    """Policy-value network of the sparse game (:mod:`alphagrad.policy`).
+
+    :meth:`encode` (once per graph): ``static [V, NUM_STATIC]``, ``src``/``dst [E]``,
+    ``edge_features [E, NUM_EDGE]``, the real edge count and a vertex mask -> one
+    embedding per vertex, by ``layers`` blocks of attention along the edges. No position
+    embeddings: renumbering the vertices permutes the outputs.
+
+    :meth:`decode` (per state): the embeddings, ``dynamic [V, NUM_DYNAMIC]`` features of
+    the state, the legal moves and the game's progress -> ``(logits [V], value [])``.
+    A vertex's logit depends only on its embedding and its own dynamic features (two
+    dense layers), so after a move only the changed vertices are re-scored; the value
+    (the remaining cost relative to the graph's scale) pools the legal vertices.
+    """
 
     config: NetworkConfig = NetworkConfig()
 
-    @nn.compact
-    def __call__(self, tokens, edges, mask):
+    def setup(self):
         c = self.config
-        edges = edge_channels(edges)
-        x = nn.Dense(c.dim)(tokens)
-        for _ in range(c.layers):
-            x = Block(c.dim, c.heads)(x, edges, mask)
-        x = nn.LayerNorm()(x)
-        logits = nn.Dense(1)(x)[:, 0]
-        pooled = (x * mask[:, None]).sum(0) / jnp.maximum(mask.sum(), 1)
-        value = nn.Dense(1)(nn.gelu(nn.Dense(c.dim)(pooled)))[0]
+        self.embed = nn.Dense(c.dim)
+        self.blocks = [EdgeAttention(c.dim, c.heads) for _ in range(c.layers)]
+        self.norm = nn.LayerNorm()
+        self.first = nn.Dense(c.dim)
+        self.second = nn.Dense(c.dim)
+        self.logit = nn.Dense(1)
+        self.value_hidden = nn.Dense(c.dim)
+        self.value_out = nn.Dense(1)
+
+    def encode(self, static, src, dst, edge_features, num_edges, vmask):
+        V = static.shape[0]
+        send, recv, feats, valid = messages(src, dst, edge_features, num_edges, V)
+        x = self.embed(static) * vmask[:, None]
+        for block in self.blocks:
+            x = block(x, send, recv, feats, valid, vmask)
+        return self.norm(x)
+
+    def decode(self, h, dynamic, legal, progress):
+        h = jnp.broadcast_to(h, dynamic.shape[:-1] + h.shape[-1:])
+        a1 = nn.gelu(self.first(jnp.concatenate([h, dynamic], -1)))
+        a2 = nn.gelu(self.second(a1))
+        logits = self.logit(a2)[..., 0]
+        pooled = (a2 * legal[..., None]).sum(-2) / jnp.maximum(legal.sum(-1, keepdims=True), 1)
+        value = self.value_out(nn.gelu(self.value_hidden(
+            jnp.concatenate([pooled, progress[..., None]], -1))))[..., 0]
         return logits, value
 
+    def __call__(self, static, src, dst, edge_features, num_edges, vmask, dynamic, legal, progress):
+        return self.decode(self.encode(static, src, dst, edge_features, num_edges, vmask), dynamic, legal, progress)
 
-def loss(net: PolicyValueNet, params, batch: dict, value_weight: float = 1.0):
-    """Training loss on a batch of samples (see :func:`alphagrad.search.samples`):
-    cross-entropy to the policy target over the legal moves plus ``value_weight`` times
-    the squared value error. Returns ``(loss, {"policy_loss", "value_loss"})``."""
-    logits, value = jax.vmap(net.apply, in_axes=(None, 0, 0, 0))(params, batch["tokens"], batch["edges"],
-                                                                  batch["mask"])
-    legal = batch["tokens"][..., LEGAL_FEATURE] > 0.5
+
+def decoder_weights(params, h) -> tuple:
+    """The decoder as arrays for :func:`alphagrad.policy.rollout`: ``(H1, Wd, W2, b2,
+    w3, b3)``, ``H1 = h @ W1[:D] + b1`` computed once per graph (float64)."""
+    p = params["params"]
+    D = h.shape[-1]
+    W1 = np.asarray(p["first"]["kernel"], np.float64)
+    H1 = np.asarray(h, np.float64) @ W1[:D] + np.asarray(p["first"]["bias"], np.float64)
+    f64 = lambda x: np.asarray(x, np.float64)
+    return (np.ascontiguousarray(H1), np.ascontiguousarray(W1[D:]), f64(p["second"]["kernel"]),
+            f64(p["second"]["bias"]), f64(p["logit"]["kernel"][:, 0]), float(p["logit"]["bias"][0]))
+
+
+def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25):
+    """Loss on a batch of ``G`` graphs with ``K`` states each (:mod:`train.data`):
+    cross-entropy to the soft policy target over the legal moves, weighted towards the
+    endgame (weight ``0.5 + progress``), plus ``value_weight`` times the squared error
+    of the normalised cost-to-go. Returns ``(loss, metrics)``."""
+
+    def one(static, src, dst, edge, ne, vmask, dynamic, legal, progress):
+        h = net.apply(params, static, src, dst, edge, ne, vmask, method=PolicyNet.encode)
+        return net.apply(params, h[None], dynamic, legal, progress, method=PolicyNet.decode)
+
+    logits, value = jax.vmap(one)(batch["static"], batch["src"], batch["dst"], batch["edge_features"],
+                                  batch["num_edges"], batch["vmask"], batch["dynamic"], batch["legal"],
+                                  batch["progress"])
+    legal = batch["legal"]
     logp = jax.nn.log_softmax(jnp.where(legal, logits, -1e9), axis=-1)
-    policy = -(batch["policy"] * jnp.where(legal, logp, 0.0)).sum(-1).mean()
-    value_loss = jnp.square(value - batch["value"]).mean()
-    return policy + value_weight * value_loss, {"policy_loss": policy, "value_loss": value_loss}
+    target = batch["target"]
+    xent = -(target * jnp.where(legal, logp, 0.0)).sum(-1)
+    entropy = -(target * jnp.where(target > 0, jnp.log(jnp.where(target > 0, target, 1.0)), 0.0)).sum(-1)
+    weight = batch["weight"] * (0.5 + batch["progress"])
+    denom = jnp.maximum(weight.sum(), 1e-9)
+    policy = (weight * xent).sum() / denom
+    excess = (weight * (xent - entropy)).sum() / denom
+    hit = jnp.take_along_axis(target, jnp.argmax(jnp.where(legal, logits, -1e9), -1)[..., None], -1)[..., 0] > 0
+    accuracy = (weight * hit).sum() / denom
+    value_loss = (batch["weight"] * jnp.square(value - batch["value"])).sum() / jnp.maximum(batch["weight"].sum(), 1e-9)
+    return policy + value_weight * value_loss, {"policy_loss": policy, "excess": excess, "value_loss": value_loss,
+                                                "accuracy": accuracy}

@@ -1,4 +1,5 @@
-"""Gumbel MuZero search over elimination orders, on the elimination engine (mctx).
+"""Gumbel MuZero search over elimination orders with network-free priors (mctx): the
+control that measures what a learned policy adds to the same search.
 
 The game: a state is a partly eliminated graph (:class:`alphagrad.engine.GameState`), an
 action eliminates one intermediate vertex, the reward is minus the multiplications that
@@ -7,10 +8,8 @@ differ by orders of magnitude share one reward range), and the game ends when ev
 intermediate is eliminated. Illegal actions (inputs, outputs, padding, eliminated
 vertices) are masked out of the priors.
 
-A *prior* gives the search its policy logits and value estimates: the policy-value
-network (:func:`network_prior`) or a network-free one, ``uniform`` or ``markowitz``
-(logits from minus each vertex's current elimination cost), so we can measure what
-learning adds.
+A *prior* gives the search its policy logits and value estimates: ``uniform`` or
+``markowitz`` (logits from minus each vertex's current elimination cost).
 
 The search tree stores one embedding per node, so the embedding holds only what changes
 during a game (edges, legal moves, cost so far); the rule tables and the vertex shapes,
@@ -52,19 +51,6 @@ def markowitz_prior(params, state: engine.GameState, scale, temperature: float =
 
 
 PRIORS = {"uniform": uniform_prior, "markowitz": markowitz_prior}
-
-
-@functools.lru_cache(maxsize=None)
-def network_prior(net) -> Prior:
-    """The prior of a policy-value network (:class:`alphagrad.network.PolicyValueNet`);
-    its ``params`` are the network's variables."""
-    from alphagrad.network import observe
-
-    def prior(params, state, scale):
-        obs = jax.vmap(observe)(state, scale)
-        return jax.vmap(net.apply, in_axes=(None, 0, 0, 0))(params, *obs)
-
-    return prior
 
 
 def _mask(logits, legal):
@@ -116,35 +102,25 @@ class Trajectory:
 
     Attributes:
       actions: ``[T, B]`` the vertex eliminated at each move.
-      weights: ``[T, B, V]`` the search's improved policy (the policy training target).
+      weights: ``[T, B, V]`` the search's improved policy.
       mults: ``[T, B]`` each move's multiplications (float32, as the engine counts;
         exact costs come from :func:`alphagrad.cost`).
       active: ``[T, B]`` whether the game was still running.
-      tokens, edges, mask: ``[T, B, ...]`` the network's input before each move
-        (:func:`alphagrad.network.observe`), when recorded; else None.
     """
 
     actions: jax.Array
     weights: jax.Array
     mults: jax.Array
     active: jax.Array
-    tokens: jax.Array | None = None
-    edges: jax.Array | None = None
-    mask: jax.Array | None = None
 
 
-def _run_games(state, scale, choose, record: bool, key):
+def _run_games(state, choose, key):
     """Plays until every game of the batch has ended; ``choose(state, key) -> (action,
     weights)`` picks each move."""
-    from alphagrad.network import observe
-
     B, V = state.eliminable.shape
-    obs = jax.vmap(observe)(state, scale) if record else None
     buf = Trajectory(
         actions=jnp.zeros((V, B), jnp.int32), weights=jnp.zeros((V, B, V), jnp.float32),
         mults=jnp.zeros((V, B), engine.COST_DTYPE), active=jnp.zeros((V, B), bool),
-        **({} if not record else dict(zip(("tokens", "edges", "mask"),
-                                          (jnp.zeros((V,) + x.shape, x.dtype) for x in obs)))),
     )
 
     def cond(carry):
@@ -157,8 +133,6 @@ def _run_games(state, scale, choose, record: bool, key):
         active = state.eliminable.any(-1)
         action, weights = choose(state, sub)
         new = dict(actions=action, weights=weights, active=active)
-        if record:
-            new.update(zip(("tokens", "edges", "mask"), jax.vmap(observe)(state, scale)))
         state, mults = jax.vmap(engine.eliminate)(state, action)
         new["mults"] = mults
         buf = buf.replace(**{k: getattr(buf, k).at[t].set(v) for k, v in new.items()})
@@ -168,20 +142,19 @@ def _run_games(state, scale, choose, record: bool, key):
     return buf
 
 
-@functools.partial(jax.jit, static_argnames=("prior", "simulations", "max_considered", "record"))
+@functools.partial(jax.jit, static_argnames=("prior", "simulations", "max_considered"))
 def play(params, key, state: engine.GameState, scale, *, prior: Prior, simulations: int,
-         max_considered: int = 16, record: bool = False) -> Trajectory:
+         max_considered: int = 16) -> Trajectory:
     """Plays whole games for a batch of states, one Gumbel MuZero search per move.
 
     Args:
-      params: the prior's parameters (None for network-free priors).
+      params: the prior's parameters (None for the network-free priors).
       key: a PRNG key.
       state: ``[B]`` batched initial states (padded to the same size).
       scale: ``[B]`` reward scale per graph.
-      prior: see :data:`PRIORS` and :func:`network_prior`.
+      prior: see :data:`PRIORS`.
       simulations: simulations per move.
       max_considered: actions Gumbel MuZero considers at the root.
-      record: also return the network's input before each move (for training).
     """
     recurrent_fn = make_recurrent_fn(prior)
     static = _split(state)[1]
@@ -194,61 +167,7 @@ def play(params, key, state: engine.GameState, scale, *, prior: Prior, simulatio
         )
         return out.action, out.action_weights
 
-    return _run_games(state, scale, choose, record, key)
-
-
-@functools.partial(jax.jit, static_argnames=("prior", "record"))
-def rollout(params, key, state: engine.GameState, scale, temperature=0.0, *, prior: Prior,
-            record: bool = False) -> Trajectory:
-    """Plays whole games by the prior's policy alone (no search): the most likely legal
-    vertex at each move where ``temperature`` (a scalar or one per game) is 0, else a
-    sample from ``softmax(logits / temperature)``. ``weights`` are the policy's
-    probabilities."""
-    temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), state.eliminable.shape[:1])
-
-    def choose(state, key):
-        logits, _ = prior(params, state, scale)
-        logits = _mask(logits, state.eliminable)
-        t = jnp.maximum(temperature, 1e-6)[:, None]
-        probs = jax.nn.softmax(logits / t, axis=-1)
-        sampled = jax.random.categorical(key, logits / t)
-        greedy = jnp.argmax(logits, axis=-1)
-        return jnp.where(temperature > 0, sampled, greedy).astype(jnp.int32), probs
-
-    return _run_games(state, scale, choose, record, key)
-
-
-def samples(traj: Trajectory, scale) -> dict:
-    """Training samples of every move of every game of a recorded trajectory, as numpy
-    arrays: the network input (``tokens``, ``edges``, ``mask``), the policy target
-    (``policy``: the search's improved policy, or the move taken) and the value target
-    (``value``: minus the cost still to come, divided by the graph's scale)."""
-    active = np.asarray(traj.active)
-    mults = np.asarray(traj.mults, np.float64) * active
-    to_go = np.cumsum(mults[::-1], axis=0)[::-1] / np.asarray(scale, np.float64)[None, :]
-    t, b = np.nonzero(active)
-    return {
-        "tokens": np.asarray(traj.tokens)[t, b], "edges": np.asarray(traj.edges)[t, b],
-        "mask": np.asarray(traj.mask)[t, b], "policy": np.asarray(traj.weights, np.float32)[t, b],
-        "value": (-to_go[t, b]).astype(np.float32),
-    }
-
-
-@jax.jit
-def follow(state: engine.GameState, scale, order) -> Trajectory:
-    """Plays given orders (``[T, B]``; a vertex that is not eliminable is a no-op) and
-    records the network input before each move; the policy target is the move taken."""
-    from alphagrad.network import observe
-
-    def step(state, action):
-        obs = jax.vmap(observe)(state, scale)
-        active = state.eliminable.any(-1)
-        new, mults = jax.vmap(engine.eliminate)(state, action)
-        onehot = jax.nn.one_hot(action, state.eliminable.shape[-1])
-        return new, (action, onehot, mults, active) + obs
-
-    _, (actions, weights, mults, active, tokens, edges, mask) = jax.lax.scan(step, state, order)
-    return Trajectory(actions, weights, mults, active, tokens, edges, mask)
+    return _run_games(state, choose, key)
 
 
 def orders(traj: Trajectory) -> list[list[int]]:

@@ -1,10 +1,14 @@
 """``python -m data_gen build --out DIR --num-random N --seed S [--num-proc P] [--large K]``
+``python -m data_gen label --data DIR [--num-proc P]``
 
 Builds (or resumes) the graph dataset in DIR: a Hugging Face DatasetDict (train,
 validation, heldout; ``datasets.load_from_disk(DIR)``), its Parquet export in
 DIR/parquet/, a dataset card DIR/README.md and DIR/failures.json. Work is saved chunk by
 chunk in DIR/chunks/; running the same command again after an interruption continues
 where it stopped. See ``data_gen/dataset.py`` for the columns and the distributions.
+
+``label`` anneals the train and validation graphs of DIR and stores policy and value
+targets beside them in DIR/labels/ (resumable the same way; see ``data_gen/labels.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--large", type=int, default=16, help="large held-out graphs (default 16)")
     b.add_argument("--large-size", **_pair("large_size"),
                    help="intermediates of a large graph (default 300 500)")
+    b.add_argument("--large-train", type=int, default=0,
+                   help="large training graphs (random programs and chained zoo functions; default 0)")
+    b.add_argument("--large-train-size", **_pair("large_train_size"),
+                   help="intermediates of a large training graph (default 300 2000)")
     b.add_argument("--num-heldout", type=int, default=None,
                    help="random programs of the held-out distribution (default ceil(N/10))")
     b.add_argument("--validation-fraction", type=float, default=0.1)
@@ -52,6 +60,11 @@ def parser() -> argparse.ArgumentParser:
                                 f"(default {' '.join(map(str, getattr(getattr(D, dist.upper()), field)))})")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--quiet", action="store_true", help="no log lines or summary")
+    lab = sub.add_parser("label", help="make or resume the training labels of a dataset")
+    lab.add_argument("--data", required=True, help="the dataset directory (from `build`)")
+    lab.add_argument("--num-proc", type=int, default=1, help="worker processes (spawn); 1: in this process")
+    lab.add_argument("--limit", type=int, default=None, help="label at most this many graphs per split")
+    lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -68,11 +81,13 @@ def config_from_args(args) -> D.BuildConfig:
     zoo = args.zoo if args.zoo in ("all", "none", "published") else tuple(
         n.strip() for n in args.zoo.split(",") if n.strip())
     kwargs = dict(seed=args.seed, num_random=args.num_random, num_heldout=args.num_heldout,
-                  large=args.large, validation_fraction=args.validation_fraction,
+                  large=args.large, large_train=args.large_train, validation_fraction=args.validation_fraction,
                   max_structures=args.max_structures, chunk_size=args.chunk_size, zoo=zoo,
                   train=dists["train"], heldout=dists["heldout"])
     if args.large_size is not None:
         kwargs["large_size"] = tuple(args.large_size)
+    if args.large_train_size is not None:
+        kwargs["large_train_size"] = tuple(args.large_train_size)
     config = D.BuildConfig(**kwargs)
     config.validate()
     return config
@@ -100,6 +115,22 @@ def main(argv=None) -> int:
             print(f"\ninterrupted: finished chunks are kept in {args.out}/chunks; run the same "
                   f"command again to continue", file=sys.stderr)
             return 130
+    if args.command == "label":
+        from data_gen import labels
+
+        if args.num_proc < 1:
+            p.error(f"--num-proc = {args.num_proc} must be >= 1")
+        try:
+            rows = labels.build_labels(args.data, num_proc=args.num_proc, progress=not args.no_progress,
+                                       limit=args.limit)
+        except FileNotFoundError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: finished chunks are kept in {args.data}/labels/chunks; run the same "
+                  f"command again to continue", file=sys.stderr)
+            return 130
+        print(f"labels: {rows} rows in {os.path.join(args.data, 'labels')}", file=sys.stderr)
     return 0
 
 

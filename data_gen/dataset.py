@@ -23,7 +23,8 @@ Rows (one per distinct graph; :func:`features` gives the exact types)::
 ==================  ========================================================================
 graph_hash          ``Graph.fingerprint`` (shapes, kinds, edges and their structures)
 family, name        where the graph comes from: ``random`` (training distribution),
-                    ``random_heldout``, ``large_random``, ``large_zoo_chained`` or the zoo
+                    ``random_heldout``, ``large_random``, ``large_zoo_chained``, ``large_train_random``,
+                    ``large_train_zoo_chained`` or the zoo
                     family of an :mod:`alphagrad.examples` entry (``published``, ``large_real``, ...)
 source              ``random_program``, ``zoo`` or ``zoo_chained``
 seed                the program seed of a random program (null for zoo functions)
@@ -116,13 +117,15 @@ SPLITS = ("train", "validation", "heldout")
 
 #: Work groups, in the order their chunks are scheduled (slow ones first) and their
 #: divisor of the chunk size.
-GROUPS = {"large": 16, "heldout_random": 4, "zoo": 4, "random": 1}
+GROUPS = {"large": 16, "large_train": 16, "heldout_random": 4, "zoo": 4, "random": 1}
 
 #: Order in which rows are kept when deduplicating (first occurrence wins).
 DEDUP_PRIORITY = ("heldout", "validation", "train")
 
 #: Allowed range of the large-graph size (intermediates); the engine pads to <= 1024 vertices.
 LARGE_SIZE_LIMITS = (2, 900)
+#: Largest size of a large training graph (intermediates).
+LARGE_TRAIN_SIZE_LIMIT = 5000
 
 
 # --------------------------------------------------------------------------------------
@@ -257,6 +260,9 @@ class BuildConfig:
       large: graphs of ``large_size`` intermediates (random programs and chained zoo
         functions, alternately).
       large_size: (low, high) intermediates of a large graph.
+      large_train: large graphs for training (random programs and chained zoo functions
+        outside the held-out families, alternately), of ``large_train_size``.
+      large_train_size: (low, high) intermediates of a large training graph.
       validation_fraction: share of training-distribution programs (and non-published zoo
         examples) that go to validation.
       max_structures: larger rule tables are reported as failures.
@@ -270,6 +276,8 @@ class BuildConfig:
     num_heldout: int | None = None
     large: int = 16
     large_size: tuple = (300, 500)
+    large_train: int = 0
+    large_train_size: tuple = (300, 2000)
     validation_fraction: float = 0.1
     max_structures: int = DEFAULT_MAX_STRUCTURES
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -293,6 +301,11 @@ class BuildConfig:
         if self.num_heldout is not None:
             count("num_heldout", self.num_heldout)
         count("large", self.large)
+        count("large_train", self.large_train)
+        lo, hi = _pair(self.large_train_size, "large_train_size")
+        if not all(isinstance(v, (int, np.integer)) for v in (lo, hi)) or not 2 <= lo <= hi <= LARGE_TRAIN_SIZE_LIMIT:
+            raise ValueError(f"large_train_size = {(lo, hi)!r} must be integers with 2 <= low <= high <= "
+                             f"{LARGE_TRAIN_SIZE_LIMIT} (intermediates)")
         count("max_structures", self.max_structures, 1)
         count("chunk_size", self.chunk_size, 1)
         lo, hi = _pair(self.large_size, "large_size")
@@ -330,6 +343,7 @@ class BuildConfig:
             "validation_fraction": float(self.validation_fraction),
             "max_structures": int(self.max_structures),
             "large_size": list(self.large_size),
+            **({"large_train_size": list(self.large_train_size)} if self.large_train else {}),
             "train": self.train.to_dict(),
             "heldout": self.heldout.to_dict(),
             "large_dist": self.large_dist.to_dict(),
@@ -339,6 +353,7 @@ class BuildConfig:
     def to_dict(self) -> dict:
         d = self.identity()
         d.update(num_random=self.num_random, num_heldout=self.heldout_count, large=self.large,
+                 large_train=self.large_train,
                  chunk_size=self.chunk_size, zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
         return d
 
@@ -397,7 +412,8 @@ COLUMNS = tuple(features())  # noqa: E305 (the documented column order)
 #: One line per column, for the dataset card.
 COLUMN_DOCS = {
     "graph_hash": "`Graph.fingerprint`: hash of shapes, kinds, edges and edge structures",
-    "family": "`random`, `random_heldout`, `large_random`, `large_zoo_chained`, or the zoo family",
+    "family": "`random`, `random_heldout`, `large_random`, `large_zoo_chained`, `large_train_random`, "
+              "`large_train_zoo_chained`, or the zoo family",
     "name": "program or example name (a chained example: `<name>_chain<copies>`)",
     "source": "`random_program`, `zoo` or `zoo_chained`",
     "seed": "program seed of a random program (null for zoo functions)",
@@ -461,7 +477,7 @@ def row_to_graph(row: Mapping):
 # --------------------------------------------------------------------------------------
 # Work items: what each (group, index) builds.
 
-_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3}
+_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3, "large_train": 4}
 
 
 def generate_program(spec: rp.ProgramSpec, seed: int):
@@ -568,23 +584,26 @@ def chain(fn: Callable, copies: int) -> Callable:
     return chained
 
 
-def _large_item(config: BuildConfig, index: int, zoo: list):
-    """(meta, graph) of large item ``index``: even indices (and all, without a zoo) are
-    random programs, odd ones chained zoo functions."""
-    lo, hi = config.large_size
-    rng = _rng(config, "large", index)
+def _large_item(config: BuildConfig, index: int, zoo: list, group: str = "large"):
+    """(meta, graph) of large item ``index`` of ``group`` (``large``: held out;
+    ``large_train``: training, of ``large_train_size``): even indices (and all, without a
+    zoo) are random programs, odd ones chained zoo functions."""
+    train = group == "large_train"
+    lo, hi = config.large_train_size if train else config.large_size
+    split, prefix = ("train", "large_train") if train else ("heldout", "large")
+    rng = _rng(config, group, index)
     target = int(rng.integers(lo, hi + 1))
     if index % 2 == 0 or not zoo:
         base = config.large_dist.draw(rng, num_ops=min(max(target, 1), rp.RANGES["num_ops"][1]))
-        name = f"large_random_{index:05d}"
-        meta = dict(split="heldout", family="large_random", name=name, source="random_program")
+        name = f"{prefix}_random_{index:05d}"
+        meta = dict(split=split, family=f"{prefix}_random", name=name, source="random_program")
 
         def make():
             spec, ops, got, max_ops = base, base.num_ops, None, rp.RANGES["num_ops"][1]
             for attempt in range(8):
                 spec = dataclasses.replace(spec, num_ops=ops,
                                            num_outputs=min(spec.num_outputs, spec.num_inputs + ops))
-                seed = _program_seed(_rng(config, "large", index, attempt))
+                seed = _program_seed(_rng(config, group, index, attempt))
                 graph = _stage("trace", _trace, *_stage("generate", generate_program, spec, seed))
                 got = len(graph.intermediates)
                 if lo <= got <= hi:
@@ -592,13 +611,13 @@ def _large_item(config: BuildConfig, index: int, zoo: list):
                     return graph
                 want = round(ops * target / max(got, 1))
                 if want > max_ops or got < 0.25 * ops:  # a spec whose operations mostly die: redraw
-                    spec = config.large_dist.draw(_rng(config, "large", index, 1000 + attempt),
+                    spec = config.large_dist.draw(_rng(config, group, index, 1000 + attempt),
                                                   num_ops=min(target, max_ops))
                     ops = spec.num_ops
                 else:
                     ops = int(np.clip(want, 1, max_ops))
             raise _Failure("size", ValueError(
-                f"no program of {config.large_size} intermediates after 8 attempts (last: {got} "
+                f"no program of {(lo, hi)} intermediates after 8 attempts (last: {got} "
                 f"intermediates from {spec.num_ops} operations)"))
 
         meta.update(seed=None, params=rp.describe(base))
@@ -606,7 +625,7 @@ def _large_item(config: BuildConfig, index: int, zoo: list):
 
     # A chained zoo function: the first example (round robin from index // 2) small
     # enough to be copied at least twice.
-    meta = dict(split="heldout", family="large_zoo_chained", source="zoo_chained", seed=None)
+    meta = dict(split=split, family=f"{prefix}_zoo_chained", source="zoo_chained", seed=None)
     start = (index // 2) % len(zoo)
     candidates = zoo[start:] + zoo[:start]
     meta.update(name=f"chain_{candidates[0].name}", params={"example": candidates[0].name})
@@ -639,7 +658,7 @@ def _large_item(config: BuildConfig, index: int, zoo: list):
                 break
             copies = nxt
         raise _Failure("size", ValueError(
-            f"chaining {ex.name} ({n0} intermediates) gives no graph of {config.large_size} "
+            f"chaining {ex.name} ({n0} intermediates) gives no graph of {(lo, hi)} "
             f"intermediates (last: {copies} copies, {got})"))
 
     return meta, make
@@ -674,6 +693,8 @@ def _item(config: BuildConfig, group: str, index, zoo: list):
         return _random_item(config, group, index)
     if group == "large":
         return _large_item(config, index, zoo)
+    if group == "large_train":  # never a chain of a held-out zoo family's function
+        return _large_item(config, index, [e for e in zoo if e.family not in HELDOUT_ZOO_FAMILIES], group)
     ex = next(e for e in zoo if e.name == index)
     return _zoo_item(config, ex)
 
@@ -737,6 +758,7 @@ def plan_chunks(config: BuildConfig, zoo: list) -> list[Chunk]:
         "random": list(range(config.num_random)),
         "heldout_random": list(range(config.heldout_count)),
         "large": list(range(config.large)),
+        "large_train": list(range(config.large_train)),
         "zoo": [e.name for e in zoo],
     }
     ident = hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()).hexdigest()[:12]
@@ -746,7 +768,7 @@ def plan_chunks(config: BuildConfig, zoo: list) -> list[Chunk]:
         idx = items[group]
         for number, start in enumerate(range(0, len(idx), size)):
             part = tuple(idx[start:start + size])
-            extra = _zoo_digest(zoo) if group in ("zoo", "large") else ""
+            extra = _zoo_digest(zoo) if group in ("zoo", "large", "large_train") else ""
             key = hashlib.sha256(json.dumps([ident, group, number, list(part), extra]).encode()).hexdigest()[:16]
             chunks.append(Chunk(group, number, part, key))
     return chunks

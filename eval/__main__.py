@@ -14,7 +14,7 @@ programs of family ``large_real`` are held out in a build and evaluated with ``-
 dataset of ``python -m data_gen build``) the default budgets are 5,30,60.
 
 Evaluates every graph of the split (at most ``--limit`` per family) with forward, reverse,
-Markowitz, the exact optimum (small graphs), the agent zero-shot and fine-tuned at each
+Markowitz, the exact optimum (small graphs), the network's own greedy order (zero-shot), the agent at each
 budget, simulated annealing and the network-free search at each budget; re-scores every
 order with ``alphagrad.cost``; checks that no held-out graph occurs in the training
 splits, that every method got the same seed and budgets, and (published tasks) the
@@ -109,7 +109,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--extra", type=_extra, default=(), help="runs beyond --methods x --budgets, e.g. anneal@60 "
                    "(the reference cost of the time-to-quality target)")
     p.add_argument("--zero-shot-budget", type=float, default=5.0,
-                   help="seconds of the agent without fine-tuning (default: 5, the zero-shot time target)")
+                   help="time bound of the network's greedy order (default: 5, the zero-shot time target)")
     p.add_argument("--jac-batches", type=_ints, default=(1, 512), help="batch sizes of the Jacobian runtime table")
     p.add_argument("--jac-repeats", type=int, default=50, help="timed calls per Jacobian (default: 50)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

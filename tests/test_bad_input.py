@@ -30,7 +30,7 @@ def _order_result(graph, order, fingerprint=None):
     from alphagrad.agent import OrderResult
 
     return OrderResult(order=list(order), cost=ag.cost(graph, order), baselines={}, method="test",
-                       zero_shot_cost=0, seconds=0.0, compile_seconds=0.0, history=[],
+                       network_cost=None, seconds=0.0, compile_seconds=0.0, history=[],
                        fingerprint=fingerprint or graph.fingerprint)
 
 

@@ -14,8 +14,8 @@ import jax
 import pytest
 
 import alphagrad
-from alphagrad.agent import Agent, _dummy_input, model_config
-from alphagrad.network import NetworkConfig, PolicyValueNet
+from alphagrad.agent import Agent, init_params, model_config
+from alphagrad.network import NetworkConfig, PolicyNet
 from data_gen import dataset as D
 from eval import __main__ as cli
 from eval import readme_results as RR
@@ -39,10 +39,9 @@ def model(tmp_path_factory):
     """A tiny random agent. Its vertex limit of 32 admits the small held-out random graphs
     only, which keeps the agent's compilations to one graph size (larger graphs become
     GraphTooLargeError failure rows)."""
-    net = PolicyValueNet(NetworkConfig(dim=16, heads=2, layers=1))
-    params = net.init(jax.random.key(0), *_dummy_input())
+    params = init_params(PolicyNet(NetworkConfig(dim=16, heads=2, layers=1)), jax.random.key(0))
     path = str(tmp_path_factory.mktemp("model"))
-    Agent(model_config(NetworkConfig(16, 2, 1), 32, 1024), params).save_pretrained(path)
+    Agent(model_config(NetworkConfig(16, 2, 1), 32), params).save_pretrained(path)
     return path
 
 
@@ -93,7 +92,7 @@ def test_report_has_every_table_plot_and_method(full):
     assert recs["optimal"]["cost"] == row["cost_optimal"] == recs["zero-shot"]["optimum"]
     for kind in ("agent", "anneal", "search"):
         assert recs[f"{kind}@0.2s"]["seed"] == 0 and recs[f"{kind}@0.2s"]["budget_s"] == 0.2
-    assert recs["zero-shot"]["budget_s"] == 0.2 and "budget_s=0.2" in recs["zero-shot"]["call"]
+    assert recs["zero-shot"]["budget_s"] == 0.2 and recs["zero-shot"]["call"] == "agent.greedy_order(graph)"
     assert recs["anneal@0.3s"]["status"] == "ok" and "agent@0.3s" not in recs  # --extra adds one run
     by_target = {t["target"]: t for t in rep["targets"]}
     zs = by_target["zero-shot geomean / best baseline on random_heldout <= 0.9"]

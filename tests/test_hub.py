@@ -145,7 +145,7 @@ def test_save_pretrained_round_trip(tmp_path):
     assert set(flat) == {"params/Dense_0/kernel", "params/Dense_0/bias"}
     np.testing.assert_array_equal(flat["params/Dense_0/kernel"], agent.params["params"]["Dense_0"]["kernel"])
     with safe_open(target / WEIGHTS_NAME, "np") as f:
-        assert f.metadata() == {"format": "np", "model_type": MODEL_TYPE, "format_version": "1"}
+        assert f.metadata() == {"format": "np", "model_type": MODEL_TYPE, "format_version": str(FORMAT_VERSION)}
 
 
 def test_save_files_is_deterministic_and_atomic(tmp_path, monkeypatch):

@@ -1,11 +1,11 @@
-"""``python -m train --config train/configs/<name>.yaml --workdir DIR [--resume]``
+"""``python -m train --config train/configs/<name>.yaml --workdir DIR [--resume] [--max-hours H]``
 
-Trains the policy-value network by self-play (see ``train/loop.py``). Metrics go to
-stdout, DIR/metrics.csv and DIR/tensorboard; checkpoints to DIR/checkpoints (the last K
-and the best by validation); the best network so far, in the hub format, to
+Trains the policy-value network on labelled states (see ``train/loop.py``). Metrics go
+to stdout, DIR/metrics.csv and DIR/tensorboard; checkpoints to DIR/checkpoints (the last
+K and the best by validation); the best network so far, in the hub format, to
 DIR/best_model. ``--resume`` continues a stopped or killed run exactly where its last
-checkpoint left it. Data parallelism uses every local device (config ``devices``); for
-several hosts, call ``jax.distributed.initialize()`` first (see README).
+checkpoint left it; ``--max-hours`` stops after that much wall time (with a checkpoint),
+for runs in chunks.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, e.g. --set data.path=/data/graphs --set steps=10 (YAML value)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--distributed", action="store_true",
-                   help="call jax.distributed.initialize() first (multi-host runs)")
+    p.add_argument("--max-hours", type=float, default=None,
+                   help="stop after this many hours of training (a checkpoint is written; --resume continues)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every file it writes
     import yaml
 
     overrides = {}
@@ -78,14 +79,13 @@ def main(argv=None) -> int:
     if args.resume and not _has_checkpoint(args.workdir):
         print(f"--resume: {args.workdir} holds no checkpoint yet (the run stopped before its first); "
               f"starting it from step 0", file=sys.stderr)
-    if args.distributed:
-        import jax
-
-        jax.distributed.initialize()
+    if args.max_hours is not None and not args.max_hours > 0:
+        p.error(f"--max-hours must be > 0, got {args.max_hours}")
     from train.loop import train
 
     try:
-        out = train(config, args.workdir, resume=args.resume, progress=not args.no_progress)
+        out = train(config, args.workdir, resume=args.resume, progress=not args.no_progress,
+                    max_seconds=None if args.max_hours is None else 3600 * args.max_hours)
     except C.ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2

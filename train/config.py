@@ -25,12 +25,13 @@ class DataConfig:
     """Which graphs to train and validate on.
 
     Attributes:
-      path: a dataset built by ``python -m data_gen build`` (``datasets.load_from_disk``).
+      path: a dataset built by ``python -m data_gen build`` and labelled by ``python -m
+        data_gen label`` (graphs in ``path``, targets in ``path/labels``).
       train_split, validation_split: split names.
       max_train_graphs: use at most this many training graphs (0: all).
       max_validation_graphs: validate on the first this many graphs of the split.
       max_vertices: graphs with more vertices are left out (and counted in the log);
-        at most the model's largest bucket.
+        at most the largest bucket.
     """
 
     path: str = "data/train"
@@ -38,102 +39,75 @@ class DataConfig:
     validation_split: str = "validation"
     max_train_graphs: int = 0
     max_validation_graphs: int = 64
-    max_vertices: int = 256
-
-
-@dataclasses.dataclass(frozen=True)
-class SearchConfig:
-    """Self-play search (Gumbel MuZero, :func:`alphagrad.search.play`)."""
-
-    simulations: int = 16
-    max_considered: int = 8
-
-
-@dataclasses.dataclass(frozen=True)
-class WarmStartConfig:
-    """Optional supervised pretraining of the policy on annealed orders before self-play.
-
-    Attributes:
-      steps: update steps on warm-start data (0: no warm start).
-      graphs: training graphs whose annealed orders make the warm-start data.
-      anneal_iterations: simulated-annealing moves per graph (a count, not seconds, so
-        the data is the same on every machine and after a resume).
-    """
-
-    steps: int = 0
-    graphs: int = 256
-    anneal_iterations: int = 20000
+    max_vertices: int = 2048
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """One experiment.
+    """One experiment: supervised training of the policy-value network on labelled states.
 
     Attributes:
-      seed: every random choice (graphs, search, initialisation) derives from it and the step.
-      steps: self-play iterations; each plays ``games`` games and then makes
-        ``updates_per_step`` gradient updates.
-      games: games per self-play iteration (a multiple of the device count).
-      batch_size: samples per gradient update (a multiple of the device count).
-      buckets: padded vertex counts; a graph plays in the smallest bucket it fits.
-      max_vertices: the trained model's limit at inference (recorded in its config).
-      max_structures: rule tables are padded to this many structures.
-      replay_capacity: samples kept per bucket (oldest dropped first).
+      seed: every random choice (initialisation, batch order) derives from it and the step.
+      steps: gradient updates.
+      tokens_per_batch: about how many (state, vertex) pairs one update decodes: a batch
+        holds ``tokens_per_batch // (bucket * states_per_graph)`` graphs of one bucket
+        (at least one).
+      states_per_graph: labelled states of one graph in a batch (they share its encoder pass).
+      buckets: padded vertex counts (powers of two); a graph trains in the smallest it fits,
+        with edges padded to ``edges_per_vertex`` times the bucket.
+      learning_rate, warmup_steps, weight_decay, grad_clip: AdamW with linear warmup and
+        cosine decay to 10% over ``steps``.
       value_weight: weight of the value loss next to the policy loss.
+      max_vertices: the trained model's size limit at inference (recorded in its config).
       checkpoint_every, keep_checkpoints: orbax checkpoints (the last K and the best).
       eval_every: validation every this many steps (and at the end).
-      devices: data-parallel devices (0: all available).
     """
 
     seed: int = 0
-    steps: int = 1000
-    games: int = 8
-    updates_per_step: int = 4
-    batch_size: int = 64
-    learning_rate: float = 3e-4
+    steps: int = 20000
+    tokens_per_batch: int = 16384
+    states_per_graph: int = 16
+    buckets: tuple = (64, 128, 256, 512, 1024, 2048)
+    edges_per_vertex: int = 4
+    learning_rate: float = 1e-3
+    warmup_steps: int = 500
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
-    value_weight: float = 1.0
-    buckets: tuple = (64, 128, 256)
-    max_vertices: int = 1024
-    max_structures: int = 1024
-    replay_capacity: int = 20000
-    checkpoint_every: int = 50
+    value_weight: float = 0.25
+    max_vertices: int = 16384
+    checkpoint_every: int = 500
     keep_checkpoints: int = 3
-    eval_every: int = 50
-    devices: int = 0
+    eval_every: int = 1000
     network: NetworkConfig = NetworkConfig()
-    search: SearchConfig = SearchConfig()
-    warm_start: WarmStartConfig = WarmStartConfig()
     data: DataConfig = DataConfig()
 
     def validate(self, check_paths: bool = True) -> None:
         """Raises :class:`ConfigError` for values that cannot work."""
-        positive = ["steps", "games", "updates_per_step", "batch_size", "replay_capacity",
-                    "checkpoint_every", "keep_checkpoints", "eval_every", "max_structures"]
+        positive = ["steps", "tokens_per_batch", "states_per_graph", "edges_per_vertex", "checkpoint_every",
+                    "keep_checkpoints", "eval_every", "max_vertices"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        if not self.buckets or list(self.buckets) != sorted(set(self.buckets)) or any(
-                b <= 0 or b % 32 for b in self.buckets):
-            raise ConfigError(f"buckets must be increasing multiples of 32, got {list(self.buckets)}")
-        if self.max_vertices < self.buckets[-1] or self.max_vertices % 32:
-            raise ConfigError(f"max_vertices={self.max_vertices} must be a multiple of 32 and at least "
-                              f"the largest bucket {self.buckets[-1]}")
-        if self.data.max_vertices > self.buckets[-1]:
+        if self.warmup_steps < 0:
+            raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
+        b = list(self.buckets)
+        if not b or b != sorted(set(b)) or any(x < 32 or x & (x - 1) for x in b):
+            raise ConfigError(f"buckets must be increasing powers of two >= 32, got {b}")
+        if self.data.max_vertices > b[-1]:
             raise ConfigError(
-                f"data.max_vertices={self.data.max_vertices} is larger than the largest bucket "
-                f"{self.buckets[-1]}: such graphs cannot fit the model; add a bucket of at least "
-                f"{-(-self.data.max_vertices // 32) * 32} or lower data.max_vertices")
-        if self.network.dim % self.network.heads:
-            raise ConfigError(f"network.dim={self.network.dim} is not a multiple of network.heads="
-                              f"{self.network.heads}")
-        if self.search.simulations < 1 or self.search.max_considered < 2:
-            raise ConfigError("search.simulations must be >= 1 and search.max_considered >= 2")
-        if self.warm_start.steps < 0 or self.warm_start.graphs < 0:
-            raise ConfigError("warm_start.steps and warm_start.graphs must be >= 0")
+                f"data.max_vertices={self.data.max_vertices} is larger than the largest bucket {b[-1]}: "
+                f"such graphs cannot be batched; add a bucket of at least {self.data.max_vertices} "
+                f"(a power of two) or lower data.max_vertices")
+        n = self.network
+        if min(n.dim, n.heads, n.layers) <= 0 or n.dim % n.heads:
+            raise ConfigError(f"network.dim={n.dim} must be a positive multiple of network.heads={n.heads}, "
+                              f"and network.layers={n.layers} positive")
+        if n.dim > MAX_DIM or n.layers > MAX_LAYERS:
+            raise ConfigError(f"network dim={n.dim}, layers={n.layers} is larger than this model family's "
+                              f"limits (dim <= {MAX_DIM}, layers <= {MAX_LAYERS}): a network that size "
+                              f"would not be cheap per move; lower network.dim or network.layers")
         if check_paths and os.path.exists(self.data.path) and not os.path.isdir(self.data.path):
             raise ConfigError(
                 f"data.path {self.data.path!r} is a file, not a dataset; set data.path (or --set "
@@ -141,11 +115,16 @@ class TrainConfig:
         if check_paths and not os.path.isdir(self.data.path):
             raise ConfigError(
                 f"data.path {self.data.path!r} does not exist; build a dataset first, e.g. "
-                f"`python -m data_gen build --out {self.data.path} --num-random 1000 --seed 0`, or set "
-                f"data.path (--set data.path=DIR) to one")
+                f"`python -m data_gen build --out {self.data.path} --num-random 1000 --seed 0`, then "
+                f"`python -m data_gen label --data {self.data.path}`, or set data.path (--set data.path=DIR)")
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
+
+
+#: Largest network a config may ask for (the decoder runs on every move of every order).
+MAX_DIM = 512
+MAX_LAYERS = 12
 
 
 def _to_plain(x):

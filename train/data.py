@@ -1,57 +1,20 @@
-"""Training graphs: a dataset split, bucketed by padded size, encoded on demand."""
+"""Labelled training graphs: a dataset split joined with its labels, batched by size.
+
+Every (graph, labelled position) pair is used once per epoch: an epoch visits each graph
+``ceil(positions / states_per_graph)`` times with disjoint groups of its positions, in an
+order drawn from ``(seed, epoch)``; step ``s`` maps to one batch of that schedule, so a
+resumed run sees exactly the batches an uninterrupted one would.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import jax.numpy as jnp
+
 import numpy as np
 
-from alphagrad import engine
+from alphagrad import policy
+from alphagrad.evaluator import OVERFLOW, Evaluator
 from train.config import ConfigError
-
-
-@dataclasses.dataclass
-class GraphPool:
-    """The graphs of one split that fit the model, with their reward scales.
-
-    Attributes:
-      graphs: the graphs (rule tables are built when a graph is first encoded).
-      names, hashes: per graph.
-      scale: per graph, the best baseline's cost (cheapest of forward, reverse,
-        Markowitz): the reward of a game is minus its cost divided by this.
-      optimal: per graph, the exact optimum or -1 where unknown.
-      bucket: per graph, the padded vertex count it plays in.
-      skipped: graphs left out, by reason.
-    """
-
-    graphs: list
-    names: list
-    hashes: list
-    scale: np.ndarray
-    optimal: np.ndarray
-    bucket: np.ndarray
-    skipped: dict
-
-    def __len__(self) -> int:
-        return len(self.graphs)
-
-    def by_bucket(self) -> dict:
-        """{bucket: indices of its graphs}."""
-        return {int(b): np.flatnonzero(self.bucket == b) for b in np.unique(self.bucket)}
-
-    tables: dict = dataclasses.field(default_factory=dict)
-
-    def encode(self, indices, num_vertices: int, max_structures: int):
-        """The initial states of the given graphs, batched (``[B]``), and their scales."""
-        from alphagrad.search import batch_states
-
-        states = []
-        for i in indices:
-            if i not in self.tables:  # built once per graph (pure Python, can take a while)
-                self.tables[i] = engine.tables(self.graphs[i])
-            states.append(engine.encode(self.graphs[i], "exact", num_vertices=num_vertices,
-                                        num_structures=max_structures, rule_tables=self.tables[i]))
-        return batch_states(states), jnp.asarray(self.scale[list(indices)], jnp.float32)
 
 
 def bucket_of(num_vertices: int, buckets) -> int | None:
@@ -61,17 +24,70 @@ def bucket_of(num_vertices: int, buckets) -> int | None:
     return None
 
 
-def load_pool(path: str, split: str, buckets, max_vertices: int, max_structures: int,
-              limit: int = 0) -> GraphPool:
-    """Reads ``split`` of the dataset at ``path`` (built by ``python -m data_gen build``).
+@dataclasses.dataclass
+class LabelledGraphs:
+    """The labelled graphs of one split that fit the buckets.
 
-    Graphs with more than ``max_vertices`` vertices or more than ``max_structures``
-    structures in their rule tables, and graphs without intermediates, are left out and
-    counted in ``skipped``; never silently.
+    Attributes:
+      rows: per graph, the dataset row (graph columns and label columns).
+      bucket: per graph, its padded vertex count.
+      skipped: graphs left out, by reason (never silently).
     """
+
+    rows: list
+    bucket: np.ndarray
+    skipped: dict
+    cache: dict = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def graph(self, i: int):
+        """``(graph, evaluator, encoder inputs)`` of graph ``i`` (built once)."""
+        if i not in self.cache:
+            from data_gen.dataset import row_to_graph
+
+            g = row_to_graph(self.rows[i])
+            ev = Evaluator(g, "exact")
+            self.cache[i] = (g, ev, policy.graph_inputs(g, ev, self.scale(i)))
+        return self.cache[i]
+
+    def scale(self, i: int) -> float:
+        return float(max(self.rows[i]["best_baseline"], 1))
+
+    def states(self, i: int, which) -> dict:
+        """The decoder's inputs and targets at labelled positions ``which`` (indices into
+        the row's ``positions``) of graph ``i``, unpadded."""
+        g, ev, _ = self.graph(i)
+        row = self.rows[i]
+        order = np.asarray(row["order"], np.int64)
+        n, V = len(order), g.num_vertices
+        which = np.sort(np.asarray(which))
+        pos = np.asarray(row["positions"], np.int64)[which]
+        while True:
+            raw, to_go, flag = policy.observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
+            if flag != OVERFLOW:
+                break
+            ev.grow()
+        K = len(pos)
+        legal = np.zeros((K, V), bool)
+        target = np.zeros((K, V), np.float32)
+        for k, (w, t) in enumerate(zip(which, pos)):
+            legal[k, order[t:]] = True
+            good = np.asarray(row["moves"][w], np.int64)
+            target[k, good] = 1.0 / len(good)
+        scale = self.scale(i)
+        return {"dynamic": policy.dynamic_features(raw, scale), "legal": legal, "target": target,
+                "value": (to_go / scale).astype(np.float32), "progress": (pos / n).astype(np.float32)}
+
+
+def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0) -> LabelledGraphs:
+    """The graphs of ``split`` in the dataset at ``path`` joined with their labels (by
+    ``graph_hash``). Graphs over ``max_vertices``, without intermediates or without
+    labels are left out and counted in ``skipped``."""
     from datasets import load_from_disk
 
-    from data_gen.dataset import row_to_graph
+    from data_gen.labels import load_labels
 
     try:
         dd = load_from_disk(path)
@@ -80,32 +96,88 @@ def load_pool(path: str, split: str, buckets, max_vertices: int, max_structures:
                           f"`python -m data_gen build --out {path} ...`") from None
     if split not in dd:
         raise ConfigError(f"dataset {path!r} has no split {split!r}; it has {sorted(dd)}")
+    try:
+        labels = load_labels(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(str(e)) from None
+    if split not in labels:
+        raise ConfigError(f"the labels of {path!r} have no split {split!r}; run `python -m data_gen label "
+                          f"--data {path}`")
+    lab = {r["graph_hash"]: r for r in labels[split]}
     ds = dd[split]
-    if len(ds) == 0:
-        raise ConfigError(f"split {split!r} of {path!r} is empty")
-    meta = ds.select_columns(["num_vertices", "num_intermediates", "table_size"]).to_dict()
-    keep, skipped = [], {}
-    for i, (v, n, s) in enumerate(zip(meta["num_vertices"], meta["num_intermediates"], meta["table_size"])):
-        reason = ("more than max_vertices" if v > max_vertices else
-                  "more than max_structures" if s > max_structures else
-                  "no intermediates" if n == 0 else None)
-        if reason:
-            skipped[reason] = skipped.get(reason, 0) + 1
+    rows, skipped = [], {}
+    for row in ds:
+        reason = ("more than max_vertices" if row["num_vertices"] > max_vertices else
+                  "no intermediates" if row["num_intermediates"] == 0 else
+                  "no labels" if row["graph_hash"] not in lab else None)
+        if reason is None:
+            label = lab[row["graph_hash"]]
+            if label["best_baseline"] != row["best_baseline"] or len(label["order"]) != row["num_intermediates"]:
+                raise ConfigError(f"the labels of graph {row['graph_hash']} in {path!r} do not match the graph "
+                                  f"(another build?); rebuild them with `python -m data_gen label --data {path}` "
+                                  f"after deleting {path}/labels")
+            rows.append({**row, **label})
         else:
-            keep.append(i)
-        if limit and len(keep) >= limit:
+            skipped[reason] = skipped.get(reason, 0) + 1
+        if limit and len(rows) >= limit:
             break
-    if not keep:
-        raise ConfigError(f"no graph of split {split!r} fits the model (max_vertices={max_vertices}, "
-                          f"max_structures={max_structures}; left out: {skipped})")
-    rows = ds.select(keep)
-    graphs, names, hashes, scale, optimal = [], [], [], [], []
-    for row in rows:
-        graphs.append(row_to_graph(row))
-        names.append(row["name"])
-        hashes.append(row["graph_hash"])
-        scale.append(max(row["best_baseline"], 1))
-        optimal.append(-1 if row["cost_optimal"] is None else row["cost_optimal"])
-    bucket = np.asarray([bucket_of(g.num_vertices, buckets) for g in graphs])
-    return GraphPool(graphs, names, hashes, np.asarray(scale, np.float64), np.asarray(optimal, np.int64),
-                     bucket, skipped)
+    if not rows:
+        raise ConfigError(f"no labelled graph of split {split!r} fits (max_vertices={max_vertices}; "
+                          f"left out: {skipped})")
+    bucket = np.asarray([bucket_of(r["num_vertices"], buckets) for r in rows])
+    return LabelledGraphs(rows, bucket, skipped)
+
+
+def epoch_batches(data: LabelledGraphs, seed: int, epoch: int, tokens_per_batch: int,
+                  states_per_graph: int) -> list:
+    """One epoch's batches, in order: each a list of ``(graph, position indices)`` of one
+    bucket; every labelled position of every graph appears exactly once."""
+    rng = np.random.default_rng([seed, epoch, 7])
+    batches = []
+    for b in np.unique(data.bucket):
+        visits = []
+        for i in np.flatnonzero(data.bucket == b):
+            P = len(data.rows[i]["positions"])
+            perm = rng.permutation(P)
+            visits += [(int(i), perm[k:k + states_per_graph]) for k in range(0, P, states_per_graph)]
+        order = rng.permutation(len(visits))
+        per = max(1, tokens_per_batch // (int(b) * states_per_graph))
+        batches += [[visits[j] for j in order[k:k + per]] for k in range(0, len(order), per)]
+    return [batches[j] for j in rng.permutation(len(batches))]
+
+
+def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: int) -> dict:
+    """The padded arrays of one batch: ``G`` graph slots of ``V`` vertices and ``E``
+    edges, ``K`` states each; empty slots and states have weight 0."""
+    out = {
+        "static": np.zeros((G, V, policy.NUM_STATIC), np.float32), "src": np.zeros((G, E), np.int32),
+        "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, policy.NUM_EDGE), np.float32),
+        "num_edges": np.zeros(G, np.int32), "vmask": np.zeros((G, V), bool),
+        "dynamic": np.zeros((G, K, V, policy.NUM_DYNAMIC), np.float32), "legal": np.zeros((G, K, V), bool),
+        "target": np.zeros((G, K, V), np.float32), "value": np.zeros((G, K), np.float32),
+        "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
+    }
+    for g, (i, which) in enumerate(visits):
+        _, _, inputs = data.graph(i)
+        for k, v in policy.pad_inputs(inputs, V, E).items():
+            out[k][g] = v
+        s = data.states(i, which)
+        n, k = s["legal"].shape[1], len(which)
+        for key in ("dynamic", "legal", "target"):
+            out[key][g, :k, :n] = s[key]
+        for key in ("value", "progress"):
+            out[key][g, :k] = s[key]
+        out["weight"][g, :k] = 1.0
+    return out
+
+
+def batch_shape(data: LabelledGraphs, visits: list, config) -> tuple:
+    """``(V, E, K, G)`` of a batch of ``visits`` under ``config``: the bucket, its edge
+    room (raised to the next power of two for a graph with more edges), states per
+    graph and graphs per batch."""
+    V = int(data.bucket[visits[0][0]])
+    E = config.edges_per_vertex * V
+    for i, _ in visits:
+        E = max(E, policy.padded(len(data.graph(i)[2]["src"]), 128))
+    K = config.states_per_graph
+    return V, E, K, max(1, config.tokens_per_batch // (V * K))

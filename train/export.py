@@ -18,7 +18,8 @@ def validation_curve(rows: list[dict]) -> str:
     """The validation rows of ``metrics.csv`` (as ``csv.DictReader`` reads them) as a
     Markdown table."""
     rows = [r for r in rows if r.get("val_ratio")]
-    cols = ["step", "val_ratio", "val_geomean", "val_ratio_optimal", "val_beats_best", "wall_s"]
+    cols = ["step", "epoch", "val_ratio", "val_label_ratio", "val_policy_loss", "val_excess", "val_accuracy",
+            "val_value_loss", "wall_s"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(r[c] if c == "step" else f"{float(r[c]):.4g}" if r.get(c) else ""
@@ -36,16 +37,16 @@ def export(workdir: str, out: str) -> list[str]:
         rows = list(csv.DictReader(f))
     last = rows[-1]
     best_row = min((r for r in rows if r.get("val_ratio")), key=lambda r: float(r["val_ratio"]))
-    warm = train_config["warm_start"]["steps"]
+    labels = os.path.join(train_config["data"]["path"], "labels", "labels.json")
+    label_info = json.load(open(labels)) if os.path.exists(labels) else {}
     training = {
-        "data": train_config["data"]["path"],
-        "steps run": f"{last['step']} ({min(int(last['step']), warm)} warm-start + "
-                     f"{max(0, int(last['step']) - warm)} self-play)",
+        "data": f"{train_config['data']['path']} (labels: {label_info.get('rows', '?')})",
+        "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",
         "wall time (h)": round(float(last["wall_s"]) / 3600, 2),
         "best step (validation)": best_row["step"],
-        "validation greedy cost / best baseline (mean)": round(float(best_row["val_ratio"]), 4),
-        "validation greedy cost / best baseline (geomean)": round(float(best_row["val_geomean"]), 4),
-        "validation share beating the best baseline": round(float(best_row["val_beats_best"]), 4),
+        "validation greedy cost / best baseline (geomean)": round(float(best_row["val_ratio"]), 4),
+        "validation annealed label cost / best baseline (geomean)": round(float(best_row["val_label_ratio"]), 4),
+        "validation policy loss above its floor (nat)": round(float(best_row["val_excess"]), 4),
         "config": "`" + json.dumps(train_config, sort_keys=True) + "`",
     }
     from eval import readme_results
@@ -54,8 +55,8 @@ def export(workdir: str, out: str) -> list[str]:
     evaluation = (f"{start}\nNot evaluated yet: `python -m eval --model {out} --out REPORT` evaluates it and "
                   f"`python -m eval.readme_results REPORT --card {out}/README.md` puts the results here.\n{end}")
     card = hub.model_card(config, {"training": training, "evaluation": evaluation})
-    card += "\n## Validation curve\n\nGreedy policy (no search) on the validation split, " \
-            "from `metrics.csv`:\n\n" + validation_curve(rows) + "\n"
+    card += "\n## Validation curve\n\nGreedy policy (no search, no annealing) on the validation split, " \
+            "and the loss on its labelled states, from `metrics.csv`:\n\n" + validation_curve(rows) + "\n"
     return hub.save_files(out, config, params, card)
 
 

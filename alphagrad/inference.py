@@ -1,0 +1,160 @@
+"""The budgeted schedule that turns a network into an order (:meth:`Agent.order`).
+
+Within ``budget_s`` seconds of wall time (one-time compilation reported apart):
+
+1. forward, reverse and Markowitz are scored (the result is never worse than them); a
+   graph of at most :data:`alphagrad.baselines.EXACT_LIMIT` intermediates gets the proven
+   optimum at once;
+2. the network plays its greedy order and then sampled orders
+   (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts), for at
+   most ``sample_fraction`` of the budget;
+3. the cheapest order so far is annealed (:func:`alphagrad.baselines.anneal`) for the
+   rest of the budget.
+
+``OrderResult.history`` records each improvement with the stage that found it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from alphagrad import baselines
+from alphagrad.evaluator import Evaluator
+from alphagrad.graph import Graph
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceSettings:
+    """Settings of the schedule.
+
+    Attributes:
+      samples: sampled orders at most (after the greedy one).
+      temperature: the sampling temperature of the policy's logits.
+      sample_fraction: the share of the budget sampling may use.
+      anneal: anneal the cheapest order for the rest of the budget.
+    """
+
+    samples: int = 32
+    temperature: float = 1.0
+    sample_fraction: float = 0.25
+    anneal: bool = True
+
+
+@dataclasses.dataclass
+class OrderResult:
+    """An elimination order found by :meth:`Agent.order`.
+
+    Attributes:
+      order: intermediate vertex ids in elimination order (pass the result itself to
+        :func:`alphagrad.jacobian`).
+      cost: its multiplications (``exact`` convention, what the interpreter executes).
+      baselines: costs of ``forward``, ``reverse`` and ``markowitz`` on the same graph.
+      method: the stage that found the order (``network greedy``, ``network sampled``,
+        ``anneal``, ``optimal`` or a baseline's name).
+      network_cost: the cheapest order the network played (None if it did not play).
+      seconds: wall time spent, compilation excluded.
+      compile_seconds: one-time jit compilation in this call (0 when already compiled).
+      history: ``(seconds, cost, stage)`` each time the best improved.
+      fingerprint: the graph's fingerprint (orders are checked against it).
+    """
+
+    order: list
+    cost: int
+    baselines: dict
+    method: str
+    network_cost: int | None
+    seconds: float
+    compile_seconds: float
+    history: list
+    fingerprint: str
+
+    @property
+    def best_baseline(self) -> int:
+        return min(self.baselines.values())
+
+    @property
+    def savings(self) -> float:
+        """Fraction of the best baseline's multiplications saved (0.2: 20% fewer)."""
+        return 1.0 - self.cost / self.best_baseline if self.best_baseline else 0.0
+
+    def __str__(self) -> str:
+        rows = [f"order ({len(self.order)} vertices, found by {self.method}): {self.order}",
+                f"multiplications: {self.cost:,}"]
+        rows += [f"  {name:<9} {c:>14,}  ({self.cost / c:.3f}x)" if c else f"  {name:<9} {c:>14,}"
+                 for name, c in self.baselines.items()]
+        net = "" if self.network_cost is None else f" (network alone {self.network_cost:,})"
+        rows.append(f"savings vs the best baseline: {100 * self.savings:.1f}%{net}; {self.seconds:.1f} s "
+                    f"+ {self.compile_seconds:.1f} s compiling")
+        return "\n".join(rows)
+
+
+def baseline_orders(graph: Graph, ev: Evaluator) -> dict:
+    """The forward, reverse and Markowitz orders, by name."""
+    return {"forward": baselines.forward(graph), "reverse": baselines.reverse(graph),
+            "markowitz": ev.markowitz()}
+
+
+def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
+               settings: InferenceSettings = InferenceSettings(), progress: bool = False) -> OrderResult:
+    """Runs the schedule on ``graph``. ``make_player(graph, scale, ev)`` returns a
+    :class:`alphagrad.policy.Player` (or None: no network, the baselines and annealing
+    only). Ctrl-C returns the best complete order so far, with a warning."""
+    import warnings
+
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    compile_s = 0.0
+    ev = Evaluator(graph, "exact")
+    history: list = []
+    best: list = [None, None, None]  # cost, order, stage
+
+    def elapsed():
+        return time.perf_counter() - t0 - compile_s
+
+    def offer(order, stage, cost=None):
+        cost = ev.cost(order) if cost is None else cost
+        if best[0] is None or cost < best[0]:
+            best[:] = [int(cost), [int(v) for v in order], stage]
+            history.append((round(elapsed(), 3), int(cost), stage))
+        return cost
+
+    costs = {name: offer(o, name) for name, o in baseline_orders(graph, ev).items()}
+    network_cost = None
+    n = len(graph.intermediates)
+    bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
+               leave=False)
+
+    def tick():
+        bar.n = min(round(elapsed(), 1), bar.total)
+        bar.set_postfix(best=f"{best[0]:,}")
+        bar.refresh()
+
+    try:
+        if 1 < n <= baselines.EXACT_LIMIT:
+            offer(baselines.optimal(graph), "optimal")
+        elif n > 1 and best[0] > 0:
+            player = make_player(graph, max(min(costs.values()), 1), ev)
+            if player is not None:
+                compile_s += player.compile_seconds
+                network_cost = offer(player.play(), "network greedy")
+                tick()
+                for k in range(settings.samples):
+                    if elapsed() >= settings.sample_fraction * budget_s:
+                        break
+                    c = offer(player.play(settings.temperature, seed * 1_000_003 + k), "network sampled")
+                    network_cost = min(network_cost, c)
+                tick()
+            left = budget_s - elapsed()
+            if settings.anneal and left > 0 and best[0] > 0:
+                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=best[1]), "anneal")
+    except KeyboardInterrupt:
+        warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
+                      stacklevel=3)
+    finally:
+        bar.close()
+    cost, order, method = best
+    return OrderResult(order=order, cost=cost, baselines=costs, method=method, network_cost=network_cost,
+                       seconds=round(elapsed(), 3), compile_seconds=round(compile_s, 3), history=history,
+                       fingerprint=graph.fingerprint)

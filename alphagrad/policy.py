@@ -1,0 +1,316 @@
+"""The policy network's side of the elimination game, on the sparse evaluator.
+
+What the network sees of a graph comes in two parts (see :mod:`alphagrad.network`):
+
+* :func:`graph_inputs`, computed once per graph: per-vertex features (kind, value size,
+  degrees, what eliminating it costs now, depth from the inputs and to the outputs) and
+  per-edge features (whether the edge carries values, the multiplications it takes part
+  in when its source or its destination is eliminated), read by the encoder;
+* :func:`observe`, at every state: per-vertex ``(elimination cost, predecessors,
+  successors)`` now, read by the per-move decoder. Eliminating a vertex changes these
+  only for its neighbours, so a move costs the decoder a few vertices, not the graph.
+
+:func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
+once, each move re-scores only the eliminated vertex's neighbours with the decoder's
+weights (:meth:`alphagrad.network.PolicyNet.decoder_weights`), then takes the best
+(``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from alphagrad.evaluator import OVERFLOW, Evaluator, copy_state, eliminate, vertex_cost
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
+
+#: Per-vertex features of :func:`graph_inputs`.
+NUM_STATIC = 12
+#: Per-edge features of :func:`graph_inputs`.
+NUM_EDGE = 3
+#: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors.
+NUM_RAW = 3
+#: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
+NUM_DYNAMIC = 5
+
+
+def dynamic_features(raw, scale, xp=np):
+    """``[..., NUM_RAW]`` raw numbers of :func:`observe` -> ``[..., NUM_DYNAMIC]`` features:
+    log1p of the cost relative to the graph's scale, of the degrees and of their product
+    (the most fill-in eliminating the vertex can make), and whether it is free. ``xp`` is
+    numpy or jax.numpy; :func:`rollout` computes the same in compiled code."""
+    raw = raw.astype(xp.float32)
+    c, i, o = raw[..., 0], raw[..., 1], raw[..., 2]
+    s = xp.asarray(scale, xp.float32)
+    return xp.stack([xp.log1p(c / s[..., None]), xp.log1p(i), xp.log1p(o), xp.log1p(i * o),
+                     (c == 0).astype(xp.float32)], -1)
+
+
+def _depths(V: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Longest path from any input to each vertex, and from each vertex to any output
+    (vertices are numbered topologically: every edge goes from a smaller id to a larger)."""
+    down = np.zeros(V, np.int64)
+    up = np.zeros(V, np.int64)
+    order = np.argsort(dst, kind="stable")
+    for e in order:
+        down[dst[e]] = max(down[dst[e]], down[src[e]] + 1)
+    for e in np.argsort(-src, kind="stable"):
+        up[src[e]] = max(up[src[e]], up[dst[e]] + 1)
+    return down, up
+
+
+def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
+    """The encoder's input for ``graph``: ``static [V, NUM_STATIC]`` and ``edge_features
+    [E, NUM_EDGE]`` float32, ``src``/``dst [E]`` int32, ``kinds [V]``; costs relative to
+    ``scale`` (the best baseline's cost)."""
+    V = graph.num_vertices
+    src, dst, sid = ev.edge_arrays
+    T = ev.tables
+    kinds = np.asarray(graph.kinds, np.int64)
+    has_value = np.asarray([s is not None and s.value_vars is not None for s in T.structures], bool)
+    sizes = np.asarray([float(np.prod(s)) if len(s) else 1.0 for s in graph.shapes], np.float64)
+    ndim = np.asarray([len(s) for s in graph.shapes], np.float64)
+    ind = np.bincount(dst, minlength=V).astype(np.float64)
+    outd = np.bincount(src, minlength=V).astype(np.float64)
+    unit = ~has_value[sid]
+    unit_in = np.bincount(dst, weights=unit, minlength=V)
+    unit_out = np.bincount(src, weights=unit, minlength=V)
+    costs = observe(ev.initial, np.flatnonzero(kinds == INTERMEDIATE), ev.cost_table)[:, 0].astype(np.float64)
+    down, up = _depths(V, src, dst)
+    depth = max(int(down.max(initial=0)), 1)
+    s = float(max(scale, 1))
+    static = np.stack([
+        kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
+        np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
+        np.log1p(costs / s), down / depth, up / depth,
+    ], -1).astype(np.float32)
+    # the multiplications each edge takes part in when its source / its destination goes
+    C = ev.cost_table
+    in_cost = np.zeros(len(src), np.float64)
+    out_cost = np.zeros(len(src), np.float64)
+    preds = [[] for _ in range(V)]
+    succs = [[] for _ in range(V)]
+    for e in range(len(src)):
+        preds[dst[e]].append(e)
+        succs[src[e]].append(e)
+    for e in range(len(src)):
+        in_cost[e] = sum(float(C[sid[e], sid[p]]) for p in preds[src[e]])
+        out_cost[e] = sum(float(C[sid[q], sid[e]]) for q in succs[dst[e]])
+    edge = np.stack([has_value[sid], np.log1p(in_cost / s), np.log1p(out_cost / s)], -1).astype(np.float32)
+    return {"static": static, "edge_features": edge, "src": src.astype(np.int32), "dst": dst.astype(np.int32),
+            "kinds": kinds.astype(np.int8)}
+
+
+@numba.njit(cache=True, nogil=True)
+def observe(state, alive, cost):
+    """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors)`` of each
+    vertex in ``alive`` in ``state`` (zeros elsewhere)."""
+    in_len, out_len = state[7], state[1]
+    V = in_len.shape[0]
+    raw = np.zeros((V, 3), np.int64)
+    for v in alive:
+        raw[v, 0] = vertex_cost(state, v, cost)
+        raw[v, 1] = in_len[v]
+        raw[v, 2] = out_len[v]
+    return raw
+
+
+@numba.njit(cache=True, nogil=True)
+def observe_along(state0, order, positions, compose, join, cost):
+    """:func:`observe` at the states after ``positions`` (ascending) eliminations of
+    ``order``, for the vertices not yet eliminated: ``(raw [P, V, NUM_RAW], costs_to_go
+    [P], flag)``; ``costs_to_go`` is what the rest of ``order`` costs from each state
+    (plain int64 sums) and ``flag`` is :data:`OVERFLOW` if a pool filled up."""
+    n = order.shape[0]
+    V = state0[0].shape[0]
+    P = positions.shape[0]
+    raw = np.zeros((P, V, 3), np.int64)
+    steps = np.zeros(n + 1, np.int64)
+    work = copy_state(state0)
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    empty = np.zeros(0, np.int64)
+    r = 0
+    for p in range(n + 1):
+        while r < P and positions[r] == p:
+            raw[r] = observe(work, order[p:], cost)
+            r += 1
+        if p == n:
+            break
+        m = eliminate(work, order[p], compose, join, cost, mark, pos, empty)
+        if m < 0:
+            return raw, steps[:P], OVERFLOW
+        steps[p] = m
+    to_go = np.zeros(P, np.int64)
+    for r in range(P):
+        to_go[r] = steps[positions[r]:n].sum()
+    return raw, to_go, np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats):
+    c = float(vertex_cost(state, v, cost))
+    i = float(state[7][v])
+    o = float(state[1][v])
+    feats[0] = np.log1p(c * inv_scale)
+    feats[1] = np.log1p(i)
+    feats[2] = np.log1p(o)
+    feats[3] = np.log1p(i * o)
+    feats[4] = 1.0 if c == 0 else 0.0
+    D = H1.shape[1]
+    for d in range(D):
+        z = H1[v, d]
+        for f in range(feats.shape[0]):
+            z += feats[f] * Wd[f, d]
+        a1[d] = _gelu(z)
+    out = b3
+    for d in range(D):
+        z = b2[d]
+        for e in range(D):
+            z += a1[e] * W2[e, d]
+        out += _gelu(z) * w3[d]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed):
+    """Plays the policy on one graph: ``(order, flag)``, ``flag`` :data:`OVERFLOW` if a
+    pool filled up. ``H1`` is the encoder's output through the decoder's first layer
+    (``[V, D]``); the other arrays are the decoder's remaining weights. ``temperature``
+    0: the highest logit (the smallest id on ties); else a sample of
+    ``softmax(logits / temperature)`` at every move (Gumbel-max, seeded)."""
+    work = copy_state(state0)
+    V = work[0].shape[0]
+    n = inter.shape[0]
+    np.random.seed(seed)
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    empty = np.zeros(0, np.int64)
+    alive = np.zeros(V, np.bool_)
+    logits = np.full(V, -np.inf)
+    a1 = np.zeros(H1.shape[1])
+    feats = np.zeros(Wd.shape[0])
+    for v in inter:
+        alive[v] = True
+        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats)
+    touched = np.empty(V, np.int64)
+    order = np.empty(n, np.int64)
+    for step in range(n):
+        best = -1
+        best_score = -np.inf
+        for v in inter:
+            if alive[v]:
+                s = logits[v]
+                if temperature > 0:
+                    s = s / temperature - np.log(-np.log(np.random.random() + 1e-300) + 1e-300)
+                if best < 0 or s > best_score:
+                    best = v
+                    best_score = s
+        nt = 0
+        for a in range(work[7][best]):
+            touched[nt] = work[9][work[6][best] + a]
+            nt += 1
+        for b in range(work[1][best]):
+            touched[nt] = work[3][work[0][best] + b]
+            nt += 1
+        m = eliminate(work, best, compose, join, cost, mark, pos, empty)
+        if m < 0:
+            return order, OVERFLOW
+        alive[best] = False
+        order[step] = best
+        for t in range(nt):
+            u = touched[t]
+            if alive[u]:
+                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats)
+    return order, np.int64(0)
+
+
+def padded(n: int, minimum: int) -> int:
+    """The padded size of ``n`` (a power of two, at least ``minimum``): few distinct
+    shapes, so the encoder compiles a few times, not once per graph."""
+    return max(minimum, 1 << max(0, int(n) - 1).bit_length())
+
+
+def pad_inputs(inputs: dict, V: int, E: int) -> dict:
+    """:func:`graph_inputs` padded to ``V`` vertices and ``E`` edges, with ``vmask`` and
+    ``num_edges``: the encoder's arguments."""
+    n, m = inputs["static"].shape[0], inputs["src"].shape[0]
+    if n > V or m > E:
+        raise ValueError(f"a graph of {n} vertices and {m} edges does not fit {V} x {E}")
+    out = {"static": np.zeros((V, NUM_STATIC), np.float32), "src": np.zeros(E, np.int32),
+           "dst": np.zeros(E, np.int32), "edge_features": np.zeros((E, NUM_EDGE), np.float32),
+           "num_edges": np.int32(m), "vmask": np.arange(V) < n}
+    out["static"][:n] = inputs["static"]
+    out["src"][:m] = inputs["src"]
+    out["dst"][:m] = inputs["dst"]
+    out["edge_features"][:m] = inputs["edge_features"]
+    return out
+
+
+ENCODER_ARGS = ("static", "src", "dst", "edge_features", "num_edges", "vmask")
+
+_ENCODERS: dict = {}
+
+
+def embed(net, params, inputs: dict) -> tuple[np.ndarray, float]:
+    """The encoder's vertex embeddings ``[V, D]`` for one graph's :func:`graph_inputs`, and
+    the seconds spent compiling (0 when this padded size was compiled before; compiled
+    encoders are kept per network and padded size for the process)."""
+    import time
+
+    import jax
+
+    from alphagrad.network import PolicyNet
+
+    n = inputs["static"].shape[0]
+    args = pad_inputs(inputs, padded(n, 64), padded(inputs["src"].shape[0], 128))
+    args = tuple(args[k] for k in ENCODER_ARGS)
+    key = (net, args[0].shape, args[1].shape)
+    seconds = 0.0
+    if key not in _ENCODERS:
+        t = time.perf_counter()
+        fn = jax.jit(lambda p, *a: net.apply(p, *a, method=PolicyNet.encode))
+        _ENCODERS[key] = fn.lower(params, *args).compile()
+        seconds = time.perf_counter() - t
+    return np.asarray(_ENCODERS[key](params, *args))[:n], seconds
+
+
+class Player:
+    """The network's policy on one graph: the encoder runs once (:func:`embed`), then every
+    order is played in compiled code (:func:`rollout`), re-scoring only the neighbours of
+    each eliminated vertex.
+
+    Args:
+      net, params: a :class:`alphagrad.network.PolicyNet` and its variables.
+      graph: the graph; ``ev`` its evaluator (built if None).
+      scale: the graph's cost scale (the best baseline's cost), which the network's cost
+        features are relative to.
+    """
+
+    def __init__(self, net, params, graph: Graph, scale: float, ev: Evaluator | None = None):
+        from alphagrad.network import decoder_weights
+
+        self.graph = graph
+        self.ev = ev if ev is not None else Evaluator(graph, "exact")
+        self.scale = float(max(scale, 1))
+        self.inputs = graph_inputs(graph, self.ev, self.scale)
+        h, self.compile_seconds = embed(net, params, self.inputs)
+        self.weights = decoder_weights(params, h)
+        self.inter = np.asarray(graph.intermediates, np.int64)
+
+    def play(self, temperature: float = 0.0, seed: int = 0) -> list[int]:
+        """One order: greedy (``temperature`` 0) or sampled at ``temperature``."""
+        if len(self.inter) == 0:
+            return []
+        ev = self.ev
+        while True:
+            order, flag = rollout(ev.initial, self.inter, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale,
+                                  *self.weights, float(temperature), int(seed))
+            if flag != OVERFLOW:
+                return [int(v) for v in order]
+            ev.grow()

@@ -1,0 +1,267 @@
+"""Policy and value targets for the graphs of a dataset, stored beside it.
+
+``python -m data_gen label --data DIR [--num-proc P]`` anneals every graph of the
+``train`` and ``validation`` splits of the dataset in DIR (a fixed number of moves,
+seeded by the graph's hash: deterministic) and labels states along the annealed order:
+at each labelled position ``t``, every later vertex ``u`` (up to ``horizon`` positions
+ahead) is moved to ``t`` and the whole order re-scored incrementally
+(:func:`alphagrad.evaluator.move_deltas`). The policy target at ``t`` is the set of moves
+that keep the completed cost minimal (typically most of them: many eliminations commute),
+not the one move the annealed order happens to make; the value target is the cost the
+order still spends from ``t``, over the graph's best baseline.
+
+Output: DIR/labels/ is a ``datasets.DatasetDict`` (``train``, ``validation``) with one row
+per graph, joined to the graphs by ``graph_hash``. Work is saved in chunks in
+DIR/labels/chunks/, so an interrupted run continues where it stopped; ``labels.json``
+records the settings. Columns:
+
+``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
+``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
+``moves`` (per position: the vertices whose move to that position keeps the cost
+minimal) and ``deltas`` (their cost change, <= 0; equal to the minimum); ``to_go`` (per
+position: what the order spends from there); ``anneal_moves``; ``seconds``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+#: Version of the label columns; the trainer refuses labels of another version.
+LABEL_SCHEMA_VERSION = 1
+LABEL_SPLITS = ("train", "validation")
+_META_KEY = b"alphagrad.labels"
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelConfig:
+    """How labels are made.
+
+    Attributes:
+      moves_per_vertex, min_moves, max_moves: annealing moves per graph
+        (``moves_per_vertex * n`` clipped to ``[min_moves, max_moves]``).
+      positions: labelled positions per graph (all of them for shorter orders).
+      horizon: candidate moves per position (the next ``horizon`` vertices of the order).
+      chunk_size: graphs per saved chunk.
+    """
+
+    moves_per_vertex: int = 300
+    min_moves: int = 5000
+    max_moves: int = 100_000
+    positions: int = 64
+    horizon: int = 256
+    chunk_size: int = 64
+
+    def identity(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("chunk_size")
+        return {"label_schema_version": LABEL_SCHEMA_VERSION, **d}
+
+
+def features():
+    import datasets as hf
+
+    i32, i64 = hf.Value("int32"), hf.Value("int64")
+    return hf.Features({
+        "graph_hash": hf.Value("string"), "order": hf.List(i32), "cost": i64, "best_baseline": i64,
+        "positions": hf.List(i32), "moves": hf.List(hf.List(i32)), "deltas": hf.List(hf.List(i64)),
+        "to_go": hf.List(i64), "anneal_moves": i64, "seconds": hf.Value("float32"),
+    })
+
+
+def positions(n: int, count: int) -> np.ndarray:
+    """``count`` positions of an order of ``n`` (all if ``n <= count``), denser towards the
+    end: ``floor(n * (1 - (1 - u)^2))`` at evenly spaced ``u``, deduplicated."""
+    if n <= count:
+        return np.arange(n, dtype=np.int64)
+    u = (np.arange(count) + 0.5) / count
+    return np.unique(np.floor(n * (1 - (1 - u) ** 2)).astype(np.int64).clip(0, n - 1))
+
+
+def _seed(graph_hash: str) -> int:
+    return int(hashlib.sha256(graph_hash.encode()).hexdigest()[:8], 16)
+
+
+def label_graph(graph, config: LabelConfig, best_baseline: int | None = None) -> dict:
+    """The label row of one graph (see the module docstring)."""
+    from alphagrad import baselines
+    from alphagrad.evaluator import OVERFLOW, Evaluator, move_deltas
+    from alphagrad.policy import observe_along
+
+    t0 = time.perf_counter()
+    ev = Evaluator(graph, "exact")
+    inter = list(graph.intermediates)
+    n = len(inter)
+    if best_baseline is None:
+        best_baseline = min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz()))
+    moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
+    order = np.asarray(baselines.anneal(graph, iterations=moves, seed=_seed(graph.fingerprint)), np.int64)
+    pos = positions(n, config.positions)
+    while True:
+        deltas, flag = move_deltas(ev.initial, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table)
+        if flag != OVERFLOW:
+            break
+        ev.grow()
+    while True:
+        _, to_go, flag = observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
+        if flag != OVERFLOW:
+            break
+        ev.grow()
+    good, gains = [], []
+    for r, t in enumerate(pos):
+        d = deltas[r, :max(0, min(config.horizon, n - t))]
+        best = d.min()
+        j = np.flatnonzero(d == best)
+        good.append(order[t + j].tolist())
+        gains.append([int(best)] * len(j))
+    return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": int(ev.cost(order)),
+            "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
+            "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _chunk_path(out: str, split: str, number: int) -> str:
+    return os.path.join(out, "chunks", f"{split}-{number:05d}.parquet")
+
+
+def _chunk_key(config: LabelConfig, hashes: list) -> str:
+    return hashlib.sha256(json.dumps([config.identity(), hashes]).encode()).hexdigest()[:16]
+
+
+def _chunk_done(path: str, key: str) -> bool:
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        return False
+    try:
+        return json.loads(pq.read_schema(path).metadata[_META_KEY]).get("key") == key
+    except Exception:  # noqa: BLE001 - unreadable: redo it
+        return False
+
+
+def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key: str, config: LabelConfig) -> int:
+    """Labels rows ``start:stop`` of ``split`` and writes them atomically to ``path``."""
+    import datasets as hf
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from data_gen.dataset import row_to_graph
+
+    ds = hf.load_from_disk(data_dir)[split]
+    rows = [label_graph(row_to_graph(r), config, r["best_baseline"]) for r in ds.select(range(start, stop))]
+    table = pa.Table.from_pylist(rows, schema=features().arrow_schema).replace_schema_metadata(
+        {_META_KEY: json.dumps({"key": key}).encode()})
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return stop - start
+
+
+def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: int = 1,
+                 progress: bool = True, limit: int | None = None) -> dict:
+    """Labels (or resumes labelling) the train and validation graphs of the dataset in
+    ``data_dir``; writes ``data_dir/labels``. ``limit``: at most this many graphs per
+    split (a prefix; for smoke runs). Returns ``{split: rows}``."""
+    import datasets as hf
+    from tqdm.auto import tqdm
+
+    if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
+        raise ValueError(f"num_proc = {num_proc!r} must be an integer >= 1")
+    try:
+        dd = hf.load_from_disk(data_dir)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
+                                f"--out {data_dir} ...`") from e
+    out = os.path.join(data_dir, "labels")
+    os.makedirs(os.path.join(out, "chunks"), exist_ok=True)
+    for name in os.listdir(os.path.join(out, "chunks")):
+        if ".tmp-" in name:
+            os.remove(os.path.join(out, "chunks", name))
+    jobs, done = [], []
+    for split in LABEL_SPLITS:
+        n = len(dd[split]) if limit is None else min(limit, len(dd[split]))
+        hashes = list(dd[split].select(range(n))["graph_hash"])
+        for number, start in enumerate(range(0, n, config.chunk_size)):
+            stop = min(n, start + config.chunk_size)
+            path = _chunk_path(out, split, number)
+            key = _chunk_key(config, hashes[start:stop])
+            (done if _chunk_done(path, key) else jobs).append((split, start, stop, path, key))
+    total = sum(j[2] - j[1] for j in jobs + done)
+    bar = tqdm(total=total, initial=total - sum(j[2] - j[1] for j in jobs), unit="graph", desc="labelling",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        if num_proc == 1:
+            for j in jobs:
+                bar.update(_run_chunk(data_dir, *j, config))
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with concurrent.futures.ProcessPoolExecutor(num_proc, mp_context=ctx) as pool:
+                futures = [pool.submit(_run_chunk, data_dir, *j, config) for j in jobs]
+                for f in concurrent.futures.as_completed(futures):
+                    bar.update(f.result())
+    finally:
+        bar.close()
+    return _assemble(out, config, sorted(jobs + done))
+
+
+def _assemble(out: str, config: LabelConfig, chunks: list) -> dict:
+    import datasets as hf
+
+    bars = hf.is_progress_bar_enabled()
+    hf.disable_progress_bars()
+    try:
+        return _write(out, config, chunks)
+    finally:
+        if bars:
+            hf.enable_progress_bars()
+
+
+def _write(out: str, config: LabelConfig, chunks: list) -> dict:
+    import datasets as hf
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    feats = features()
+    splits = {}
+    for split in LABEL_SPLITS:
+        tables = [pq.read_table(c[3]).replace_schema_metadata(None) for c in chunks if c[0] == split]
+        table = pa.concat_tables(tables) if tables else feats.arrow_schema.empty_table()
+        splits[split] = hf.Dataset(table.cast(feats.arrow_schema), info=hf.DatasetInfo(features=feats))
+    tmp = os.path.join(out, ".dataset.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    hf.DatasetDict(splits).save_to_disk(tmp, num_shards={s: 1 for s in splits})
+    for s in LABEL_SPLITS:
+        shutil.rmtree(os.path.join(out, s), ignore_errors=True)
+        os.replace(os.path.join(tmp, s), os.path.join(out, s))
+    os.replace(os.path.join(tmp, "dataset_dict.json"), os.path.join(out, "dataset_dict.json"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    rows = {s: len(splits[s]) for s in LABEL_SPLITS}
+    with open(os.path.join(out, "labels.json"), "w") as f:
+        json.dump({"config": config.identity(), "rows": rows}, f, indent=1, sort_keys=True)
+    return rows
+
+
+def load_labels(data_dir: str):
+    """The label DatasetDict of ``data_dir``, or a clear error if it is missing or of
+    another schema version (rebuild it with ``python -m data_gen label``)."""
+    import datasets as hf
+
+    out = os.path.join(data_dir, "labels")
+    manifest = os.path.join(out, "labels.json")
+    if not os.path.exists(manifest):
+        raise FileNotFoundError(f"no labels in {out!r}: make them with `python -m data_gen label --data {data_dir}`")
+    with open(manifest) as f:
+        version = json.load(f)["config"].get("label_schema_version")
+    if version != LABEL_SCHEMA_VERSION:
+        raise ValueError(f"the labels in {out!r} have schema version {version}, this trainer reads version "
+                         f"{LABEL_SCHEMA_VERSION}: rebuild them with `python -m data_gen label --data {data_dir}` "
+                         f"(after deleting {out})")
+    return hf.load_from_disk(out)
