@@ -12,7 +12,7 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
 once, each move re-scores only the eliminated vertex's neighbours with the decoder's
-weights (:meth:`alphagrad.network.PolicyNet.decoder_weights`), then takes the best
+weights (:func:`alphagrad.network.decoder_weights`), then takes the best
 (``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
 """
 

@@ -64,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--data", required=True, help="the dataset directory (from `build`)")
     lab.add_argument("--num-proc", type=int, default=1, help="worker processes (spawn); 1: in this process")
     lab.add_argument("--limit", type=int, default=None, help="label at most this many graphs per split")
+    lab.add_argument("--validation-limit", type=int, default=256,
+                     help="label at most this many validation graphs (default 256; the trainer validates on a prefix)")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
         try:
             rows = labels.build_labels(args.data, num_proc=args.num_proc, progress=not args.no_progress,
-                                       limit=args.limit)
+                                       limit=args.limit, validation_limit=args.validation_limit)
         except FileNotFoundError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -166,10 +166,11 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
 
 
 def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: int = 1,
-                 progress: bool = True, limit: int | None = None) -> dict:
+                 progress: bool = True, limit: int | None = None, validation_limit: int | None = 256) -> dict:
     """Labels (or resumes labelling) the train and validation graphs of the dataset in
     ``data_dir``; writes ``data_dir/labels``. ``limit``: at most this many graphs per
-    split (a prefix; for smoke runs). Returns ``{split: rows}``."""
+    split (a prefix; for smoke runs); ``validation_limit``: at most this many validation
+    graphs (the trainer validates on a prefix of the split). Returns ``{split: rows}``."""
     import datasets as hf
     from tqdm.auto import tqdm
 
@@ -188,6 +189,8 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     jobs, done = [], []
     for split in LABEL_SPLITS:
         n = len(dd[split]) if limit is None else min(limit, len(dd[split]))
+        if split == "validation" and validation_limit is not None:
+            n = min(n, validation_limit)
         hashes = list(dd[split].select(range(n))["graph_hash"])
         for number, start in enumerate(range(0, n, config.chunk_size)):
             stop = min(n, start + config.chunk_size)

@@ -90,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="heldout", help="split to evaluate (default: heldout)")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--budgets", type=_floats, default=None, help="seconds per graph for the "
-                   "fine-tuned agent, annealing and the network-free search (default: 5,30,60 with --data, "
+                   "agent, annealing and the network-free search (default: 5,30,60 with --data, "
                    f"{','.join(f'{b:g}' for b in EXAMPLES_BUDGETS)} without)")
     p.add_argument("--limit", type=int, default=None, help="at most N graphs per family")
     p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split); FAMILY:N evaluates at most N of that family")

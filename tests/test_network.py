@@ -1,84 +1,175 @@
-"""The policy-value network: shapes, padding, and equivariance to renumbering vertices,
-with outputs that depend on the vertex and on the graph (a constant network, trivially
-equivariant, fails)."""
+"""The policy-value network (alphagrad.network): a per-vertex decoder whose logit reads only
+its vertex (what lets the rollout re-score just the neighbours of a move), decoder
+weights that reproduce it outside JAX, parameters independent of the graph's size, and
+the training loss. Renumbering equivariance and padding of the encoder are checked on
+real graphs in tests/test_policy.py."""
+
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import alphagrad as ag
-from alphagrad import engine
-from alphagrad.network import NUM_FEATURES, NetworkConfig, PolicyValueNet
-from alphagrad.network import observe as _observe
+from alphagrad import policy
+from alphagrad.agent import init_params
+from alphagrad.network import NetworkConfig, PolicyNet, decoder_weights, policy_loss
 
-observe = jax.jit(_observe)
-
-
-def _graph(name="HumanHeartDipole"):
-    ex = ag.examples.get(name)
-    return ag.trace(ex.fn, *ex.args)
+NET = PolicyNet(NetworkConfig(dim=16, heads=2, layers=1))
+D = NET.config.dim
 
 
-def _permute(state, perm):
-    """The same graph with vertex v renamed to perm[v] (padding included)."""
-    inv = np.argsort(perm)
-    return state.replace(
-        edges=state.edges[inv][:, inv], eliminable=state.eliminable[inv],
-        kinds=state.kinds[inv], sizes=state.sizes[inv],
-    )
+@pytest.fixture(scope="module")
+def params():
+    return init_params(NET, jax.random.key(0))
 
 
-def _check_network(apply):
-    """Equivariant to renumbering, blind to padding, and not constant: the logits differ
-    between vertices, and the outputs change with the graph."""
-    g = _graph()
-    state = engine.encode(g)
-    V, n = state.edges.shape[0], g.num_vertices
-    logits, value = apply(*observe(state, 100.0))
+_encode = jax.jit(lambda p, *a: NET.apply(p, *a, method=PolicyNet.encode))
+_decode = jax.jit(lambda p, h, dyn, legal, progress: NET.apply(p, h, dyn, legal, progress, method=PolicyNet.decode))
+
+
+def _random_state(rng, V):
+    h = rng.normal(size=(V, D)).astype(np.float32)
+    dyn = rng.normal(size=(V, policy.NUM_DYNAMIC)).astype(np.float32)
+    legal = rng.random(V) < 0.6
+    legal[0] = True
+    return h, dyn, legal
+
+
+def test_a_vertexs_logit_reads_only_that_vertex_and_the_value_only_the_legal_ones(params):
+    rng = np.random.default_rng(0)
+    V = 24
+    h, dyn, legal = _random_state(rng, V)
+    logits, value = (np.asarray(x) for x in _decode(params, h, dyn, legal, np.float32(0.3)))
     assert logits.shape == (V,) and value.shape == ()
-    real = np.asarray(logits)[:n]
-    # not constant across vertices: many distinct logits, spread well beyond rounding
-    assert len(np.unique(np.round(real, 3))) >= 10, "logits (nearly) equal for every vertex"
-    assert real.std() > 1e-2
-    perm = np.random.default_rng(0).permutation(V)
-    assert (perm[:n] != np.arange(n)).any()
-    logits_p, value_p = apply(*observe(_permute(state, perm), 100.0))
-    np.testing.assert_allclose(np.asarray(logits_p)[perm], np.asarray(logits), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(float(value_p), float(value), rtol=1e-4, atol=1e-5)
-    # more padding changes nothing for the real vertices
-    bigger = engine.encode(g, num_vertices=V + 32)
-    logits_b, value_b = apply(*observe(bigger, 100.0))
-    np.testing.assert_allclose(np.asarray(logits_b)[:V], np.asarray(logits), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(float(value_b), float(value), rtol=1e-4, atol=1e-5)
-    # the outputs depend on the input: another state of the same graph (one vertex
-    # eliminated), and another graph padded to the same size
-    after, _ = engine.eliminate(state, g.intermediates[len(g.intermediates) // 2])
-    logits_e, value_e = apply(*observe(after, 100.0))
-    assert np.abs(np.asarray(logits_e)[:n] - real).max() > 1e-3 and abs(float(value_e) - float(value)) > 1e-4
-    other = engine.encode(_graph("PropaneCombustion"), num_vertices=V)
-    logits_o, value_o = apply(*observe(other, 100.0))
-    assert abs(float(value_o) - float(value)) > 1e-4
-    assert np.abs(np.asarray(logits_o)[:n] - real).max() > 1e-3
+    assert logits.std() > 1e-3
+    u = int(np.flatnonzero(legal)[1])
+    for changed in ("dyn", "h"):
+        h2, dyn2 = h.copy(), dyn.copy()
+        (dyn2 if changed == "dyn" else h2)[u] += 1.0
+        logits2, value2 = (np.asarray(x) for x in _decode(params, h2, dyn2, legal, np.float32(0.3)))
+        others = np.arange(V) != u
+        np.testing.assert_array_equal(logits2[others], logits[others])
+        assert abs(logits2[u] - logits[u]) > 1e-4
+        assert abs(float(value2) - float(value)) > 1e-6  # u is legal: the value pools it
+    # illegal vertices: neither their features nor the mask move the legal logits or the value
+    illegal = ~legal
+    dyn3 = dyn.copy()
+    dyn3[illegal] = rng.normal(size=(illegal.sum(), policy.NUM_DYNAMIC))
+    logits3, value3 = (np.asarray(x) for x in _decode(params, h, dyn3, legal, np.float32(0.3)))
+    np.testing.assert_array_equal(logits3[legal], logits[legal])
+    assert float(value3) == pytest.approx(float(value), abs=1e-6)
+    fewer = legal.copy()
+    fewer[u] = False
+    logits4, value4 = (np.asarray(x) for x in _decode(params, h, dyn, fewer, np.float32(0.3)))
+    np.testing.assert_array_equal(logits4, logits)  # the mask is applied by the caller
+    assert abs(float(value4) - float(value)) > 1e-6
+    _, value5 = _decode(params, h, dyn, legal, np.float32(0.9))
+    assert abs(float(value5) - float(value)) > 1e-6  # the value reads the game's progress
 
 
-def test_network_is_equivariant_to_renumbering_and_ignores_padding():
-    state = engine.encode(_graph())
-    net = PolicyValueNet(NetworkConfig(dim=32, heads=4, layers=2))
-    params = net.init(jax.random.key(0), *observe(state, 100.0))
-    apply = jax.jit(net.apply)
-    _check_network(lambda *obs: apply(params, *obs))
+def _gelu(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
 
 
-@pytest.mark.parametrize("network", ["constant", "same logits for every vertex", "value blind to the graph"])
-def test_the_check_rejects_degenerate_networks(network):
-    """Each of these is equivariant and blind to padding; the check must still fail."""
-    if network == "constant":
-        apply = lambda tokens, edges, mask: (jnp.zeros(tokens.shape[0]), jnp.zeros(()))
-    elif network == "same logits for every vertex":  # a value that reads the graph, logits that do not
-        apply = lambda tokens, edges, mask: (jnp.ones(tokens.shape[0]), (tokens * mask[:, None]).sum())
-    else:  # logits from each vertex's features (they pass), a constant value
-        w = jnp.asarray(np.random.default_rng(0).normal(size=NUM_FEATURES))
-        apply = lambda tokens, edges, mask: (tokens @ w, jnp.zeros(()))
-    with pytest.raises(AssertionError):
-        _check_network(apply)
+def test_decoder_weights_reproduce_the_decoders_logits(params):
+    """What the compiled rollout computes from ``decoder_weights`` (float64) is the JAX
+    decoder's logit."""
+    rng = np.random.default_rng(1)
+    h, dyn, legal = _random_state(rng, 40)
+    H1, Wd, W2, b2, w3, b3 = decoder_weights(params, h)
+    assert H1.shape == (40, D) and Wd.shape == (policy.NUM_DYNAMIC, D) and W2.shape == (D, D)
+    assert H1.dtype == np.float64 and isinstance(b3, float)
+    ours = _gelu(_gelu(H1 + dyn.astype(np.float64) @ Wd) @ W2 + b2) @ w3 + b3
+    logits, _ = _decode(params, h, dyn, legal, np.float32(0.5))
+    np.testing.assert_allclose(ours, np.asarray(logits), rtol=1e-4, atol=1e-5)
+
+
+def test_parameters_do_not_depend_on_the_graphs_size(params):
+    shapes = jax.tree_util.tree_map(np.shape, params)
+    again = init_params(NET, jax.random.key(0))
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(again)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # deterministic per key
+    other = init_params(NET, jax.random.key(1))
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(params),
+                                                         jax.tree_util.tree_leaves(other)))
+    assert jax.tree_util.tree_map(np.shape, other) == shapes
+    rng = np.random.default_rng(2)
+    for V, E in [(7, 9), (300, 700)]:  # smaller and larger than init_params' example
+        static = rng.normal(size=(V, policy.NUM_STATIC)).astype(np.float32)
+        src = rng.integers(0, V, E).astype(np.int32)
+        dst = rng.integers(0, V, E).astype(np.int32)
+        edge = rng.normal(size=(E, policy.NUM_EDGE)).astype(np.float32)
+        h = _encode(params, static, src, dst, edge, jnp.int32(E), jnp.ones(V, bool))
+        assert h.shape == (V, D) and np.isfinite(np.asarray(h)).all()
+
+
+def _batch(rng, G=2, K=3, V=16, E=40):
+    legal = rng.random((G, K, V)) < 0.5
+    legal[..., 0] = True
+    target = np.zeros((G, K, V), np.float32)
+    for g in range(G):
+        for k in range(K):
+            good = rng.choice(np.flatnonzero(legal[g, k]), size=min(2, legal[g, k].sum()), replace=False)
+            target[g, k, good] = 1.0 / len(good)
+    weight = np.ones((G, K), np.float32)
+    weight[1, 2] = 0.0  # an empty state slot
+    return {
+        "static": rng.normal(size=(G, V, policy.NUM_STATIC)).astype(np.float32),
+        "src": rng.integers(0, V, (G, E)).astype(np.int32), "dst": rng.integers(0, V, (G, E)).astype(np.int32),
+        "edge_features": rng.normal(size=(G, E, policy.NUM_EDGE)).astype(np.float32),
+        "num_edges": np.asarray([E, E // 2], np.int32), "vmask": np.ones((G, V), bool),
+        "dynamic": rng.normal(size=(G, K, V, policy.NUM_DYNAMIC)).astype(np.float32), "legal": legal,
+        "target": target, "value": rng.random((G, K)).astype(np.float32),
+        "progress": rng.random((G, K)).astype(np.float32), "weight": weight,
+    }
+
+
+def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
+    rng = np.random.default_rng(3)
+    batch = _batch(rng)
+    fn = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25))
+    loss, m = fn(params, batch)
+    # recomputed in numpy from the network's outputs, graph by graph
+    xent, value_err, hits = [], [], []
+    for g in range(2):
+        h = _encode(params, batch["static"][g], batch["src"][g], batch["dst"][g], batch["edge_features"][g],
+                    batch["num_edges"][g], batch["vmask"][g])
+        logits, value = (np.asarray(x, np.float64) for x in _decode(
+            params, h[None], batch["dynamic"][g], batch["legal"][g], batch["progress"][g]))
+        for k in range(3):
+            legal, t = batch["legal"][g, k], batch["target"][g, k]
+            z = np.where(legal, logits[k], -np.inf)
+            logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
+            xent.append(-(t[legal] * logp[legal]).sum())
+            value_err.append((value[k] - batch["value"][g, k]) ** 2)
+            hits.append(t[np.argmax(z)] > 0)
+    w = batch["weight"].reshape(-1)
+    pw = w * (0.5 + batch["progress"].reshape(-1))
+    policy_part = (pw * xent).sum() / pw.sum()
+    value_part = (w * value_err).sum() / w.sum()
+    entropy = np.log(2.0)  # two equally good moves per state
+    assert float(m["policy_loss"]) == pytest.approx(policy_part, rel=1e-4)
+    assert float(m["value_loss"]) == pytest.approx(value_part, rel=1e-4)
+    assert float(loss) == pytest.approx(policy_part + 0.25 * value_part, rel=1e-4)
+    assert float(m["excess"]) == pytest.approx(policy_part - entropy, rel=1e-3, abs=1e-5)
+    assert float(m["excess"]) > 0
+    assert float(m["accuracy"]) == pytest.approx((pw * hits).sum() / pw.sum(), rel=1e-5)
+    # a state of weight 0 counts for nothing
+    other = {k: np.array(v) for k, v in batch.items()}
+    other["target"][1, 2] = np.roll(other["target"][1, 2], 1)
+    other["value"][1, 2] = 100.0
+    loss2, _ = fn(params, other)
+    assert float(loss2) == pytest.approx(float(loss), rel=1e-6)
+
+
+def test_policy_loss_gradient_lowers_the_loss(params):
+    batch = _batch(np.random.default_rng(4))
+    fn = jax.jit(jax.value_and_grad(lambda p: policy_loss(NET, p, batch, 0.25)[0]))
+    p = params
+    first, _ = fn(p)
+    for _ in range(15):
+        loss, g = fn(p)
+        assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(g))
+        p = jax.tree_util.tree_map(lambda a, b: a - 0.05 * b, p, g)
+    assert float(fn(p)[0]) < 0.8 * float(first)

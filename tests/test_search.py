@@ -1,4 +1,5 @@
-"""Gumbel MuZero search over elimination orders with network-free priors."""
+"""Gumbel MuZero search over elimination orders with network-free priors (the control a
+learned policy is measured against): complete, legal, never worse than the baselines."""
 
 import jax
 import jax.numpy as jnp
@@ -26,38 +27,41 @@ def test_search_order_is_a_valid_order_never_worse_than_the_baselines(graph):
 def test_play_moves_are_legal_and_targets_are_distributions(graph):
     state = search.batch_states([engine.encode(graph)] * 2)
     traj = search.play(None, jax.random.key(1), state, jnp.asarray([10.0, 10.0]),
-                       prior=search.uniform_prior, simulations=8, record=True)
+                       prior=search.uniform_prior, simulations=8)
     n = len(graph.intermediates)
     for b, order in enumerate(search.orders(traj)):
         assert sorted(order) == sorted(graph.intermediates)  # every move legal, none repeated
         assert int(np.asarray(traj.mults[:, b]).sum()) == ag.cost(graph, order)
         assert np.asarray(traj.active[:, b]).sum() == n
     np.testing.assert_allclose(np.asarray(traj.weights[:n]).sum(-1), 1.0, rtol=1e-5)
-    legal = np.zeros(traj.weights.shape[-1], bool)
-    legal[list(graph.intermediates)] = True
-    assert (np.asarray(traj.weights[0])[:, ~legal] == 0).all()
-    # the recorded observation before the first move is the initial state's
-    from alphagrad.network import observe
-    tokens, edges, _mask = observe(engine.encode(graph), 10.0)
-    np.testing.assert_allclose(np.asarray(traj.tokens[0, 0]), np.asarray(tokens), rtol=1e-6)
-    assert (np.asarray(traj.edges[0, 0]) == np.asarray(edges)).all()
+    assert not np.asarray(traj.weights[n:]).any() and not np.asarray(traj.active[n:]).any()
+    # the search's policy never puts weight on an eliminated or non-intermediate vertex
+    weights, actions = np.asarray(traj.weights), np.asarray(traj.actions)
+    for b in range(2):
+        legal = np.zeros(weights.shape[-1], bool)
+        legal[list(graph.intermediates)] = True
+        for t in range(n):
+            assert (weights[t, b][~legal] == 0).all() and legal[actions[t, b]]
+            legal[actions[t, b]] = False
 
 
-def test_network_rollout_and_search_give_complete_orders(graph):
-    from alphagrad.network import NetworkConfig, PolicyValueNet, observe
-    net = PolicyValueNet(NetworkConfig(dim=16, heads=2, layers=1))
-    params = net.init(jax.random.key(0), *observe(engine.encode(graph), 1.0))
+def test_network_free_priors(graph):
+    """uniform: equal logits; markowitz: minus each vertex's elimination cost now, over
+    temperature x scale (the evaluator's count); both value the state at 0."""
+    from alphagrad.evaluator import Evaluator
+
     state = search.batch_states([engine.encode(graph)] * 2)
-    scale = jnp.asarray([10.0, 10.0])
-    prior = search.network_prior(net)
-    greedy = search.rollout(params, jax.random.key(0), state, scale, prior=prior)
-    sampled = search.rollout(params, jax.random.key(0), state, scale, 1.0, prior=prior)
-    searched = search.play(params, jax.random.key(0), state, scale, prior=prior, simulations=4)
-    for traj in (greedy, sampled, searched):
-        for order in search.orders(traj):
-            assert sorted(order) == sorted(graph.intermediates)
-    a, b = search.orders(greedy)
-    assert a == b  # greedy is deterministic
+    scale = jnp.asarray([10.0, 40.0])
+    logits, value = search.uniform_prior(None, state, scale)
+    assert not np.asarray(logits).any() and not np.asarray(value).any()
+    logits, value = search.markowitz_prior(None, state, scale)
+    ev = Evaluator(graph)
+    costs = np.asarray([ev.vertex_cost(ev.new_state(), v) for v in graph.intermediates], np.float64)
+    assert costs.max() > costs.min()
+    for b, s in enumerate([10.0, 40.0]):
+        np.testing.assert_allclose(np.asarray(logits)[b, list(graph.intermediates)], -costs / (0.1 * s), rtol=1e-6)
+    assert not np.asarray(value).any()
+    assert set(search.PRIORS) == {"uniform", "markowitz"}
 
 
 def test_unknown_prior_is_refused(graph):
@@ -76,7 +80,7 @@ def test_search_runs_on_a_40x40_matmul_and_counts_a_2e9_step_without_wrapping(gr
     g1000 = ag.trace(f, S((1000, 1000), jnp.float32), S((1000, 1000), jnp.float32))
     state = search.batch_states([engine.encode(g1000)] * 2)
     traj = search.play(None, jax.random.key(1), state, jnp.asarray([2e9, 2e9]),
-                       prior=search.uniform_prior, simulations=8, record=True)
+                       prior=search.uniform_prior, simulations=8)
     assert traj.mults.dtype == jnp.float32
     assert np.asarray(traj.mults).sum(0).tolist() == [2e9, 2e9] == [float(ag.cost(g1000, "rev"))] * 2
 

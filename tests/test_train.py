@@ -1,10 +1,13 @@
-"""Training: config errors, learning on a tiny run, exact resume (inside the warm start, and
-after self-play has wrapped the replay buffer, in process and after a real SIGKILL),
-corrupted checkpoints, and data parallelism over two (host-platform) devices."""
+"""Supervised training on labelled states: config errors before any work (including labels
+of another schema version or of another build, and networks over the family's limits),
+every labelled state once per epoch, a tiny run that lowers the loss and writes metrics,
+checkpoints and a loadable best model, and exact resume (after ``stop_after``, from a
+corrupted checkpoint, after ``max_seconds`` and after a SIGKILL of ``python -m train``)."""
 
 from __future__ import annotations
 
-import dataclasses
+import collections
+import csv
 import glob
 import json
 import os
@@ -12,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import jax
@@ -20,37 +22,37 @@ import numpy as np
 import pytest
 import yaml
 
-from data_gen import dataset as D
+from data_gen import labels as L
+from data_gen.__main__ import main as data_gen_main
 from train import __main__ as cli
 from train import config as C
+from train import data as TD
 from train import loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMOKE = os.path.join(ROOT, "train", "configs", "smoke.yaml")
+LABELS = L.LabelConfig(moves_per_vertex=10, min_moves=300, max_moves=2000, positions=16, horizon=32, chunk_size=8)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("train_data"))
-    config = D.BuildConfig(seed=5, num_random=14, num_heldout=0, large=0, chunk_size=8, zoo="none",
-                           train=D.TRAIN.replace(num_ops=(10, 24), max_rank=(0, 1), max_dim=(1, 4)))
-    D.build(out, config, num_proc=1, progress=False, quiet=True)
+    """A tiny dataset (24 random programs), labelled once for the module."""
+    out = str(tmp_path_factory.mktemp("train_data") / "data")
+    assert data_gen_main(["build", "--out", out, "--num-random", "24", "--seed", "3", "--large", "0",
+                          "--num-heldout", "0", "--zoo", "none", "--no-progress", "--quiet"]) == 0
+    L.build_labels(out, LABELS, progress=False)
     return out
 
 
+#: The smoke config shrunk to one bucket and a small network: one compiled update.
+TINY = {"steps": 20, "buckets": [64], "tokens_per_batch": 1024, "states_per_graph": 8, "learning_rate": 0.003,
+        "eval_every": 5, "checkpoint_every": 2, "keep_checkpoints": 2,
+        "network": {"dim": 16, "heads": 2, "layers": 1},
+        "data.max_vertices": 64, "data.max_validation_graphs": 4}
+
+
 def tiny_config(path, **changes) -> C.TrainConfig:
-    base = dict(
-        seed=0, steps=3, games=2, updates_per_step=2, batch_size=8, learning_rate=3e-3, buckets=[32],
-        max_vertices=64, max_structures=256, replay_capacity=400, checkpoint_every=1, keep_checkpoints=2,
-        eval_every=100, network=dict(dim=16, heads=2, layers=1), search=dict(simulations=2, max_considered=2),
-        warm_start=dict(steps=12, graphs=8, anneal_iterations=500),
-        data=dict(path=path, validation_split="train", max_train_graphs=8, max_validation_graphs=8,
-                  max_vertices=32),
-    )
-    for key, value in changes.items():
-        node = base
-        *parents, leaf = key.split("__")
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    return C.from_dict(base)
+    return C.load(SMOKE, {**TINY, "data.path": path, **changes})
 
 
 def _params(out):
@@ -68,20 +70,44 @@ def full_run(data, tmp_path_factory):
 
 
 def test_unknown_key_wrong_type_and_missing_dataset_are_config_errors(tmp_path):
-    with pytest.raises(C.ConfigError, match=r"unknown key\(s\) search.simulatoins"):
-        C.from_dict({"search": {"simulatoins": 3}})
+    with pytest.raises(C.ConfigError, match=r"unknown key\(s\) data.pth"):
+        C.from_dict({"data": {"pth": "x"}})
+    with pytest.raises(C.ConfigError, match=r"unknown key\(s\) warm_start"):  # self-play settings are gone
+        C.from_dict({"warm_start": {"steps": 3}})
     with pytest.raises(C.ConfigError, match="steps must be of type int"):
         C.from_dict({"steps": "many"})
     with pytest.raises(C.ConfigError, match="buckets must be a list of integers"):
         C.from_dict({"buckets": 64})
+    with pytest.raises(C.ConfigError, match="buckets must be increasing powers of two"):
+        C.from_dict({"buckets": [64, 96]}).validate(check_paths=False)
+    with pytest.raises(C.ConfigError, match="learning_rate must be a number"):
+        C.from_dict({"learning_rate": "fast"})
+    with pytest.raises(C.ConfigError, match="states_per_graph must be positive"):
+        C.from_dict({"states_per_graph": 0}).validate(check_paths=False)
     with pytest.raises(C.ConfigError, match="does not exist; build a dataset first"):
         C.from_dict({"data": {"path": str(tmp_path / "nowhere")}}).validate()
     with pytest.raises(C.ConfigError, match="larger than the largest bucket"):
-        C.from_dict({"buckets": [64], "max_vertices": 64, "data": {"max_vertices": 100}}).validate(check_paths=False)
+        C.from_dict({"buckets": [64], "data": {"max_vertices": 100}}).validate(check_paths=False)
     config = tmp_path / "bad.yaml"
     config.write_text("steps: 3\nnetwork: {width: 3}\n")
     assert cli.main(["--config", str(config), "--workdir", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()  # stopped before training started
+
+
+@pytest.mark.parametrize("network,message", [
+    ({"dim": C.MAX_DIM * 2, "heads": 4, "layers": 2}, "larger than this model family's limits"),
+    ({"dim": 32, "heads": 4, "layers": C.MAX_LAYERS + 1}, "larger than this model family's limits"),
+    ({"dim": 30, "heads": 4, "layers": 2}, "must be a positive multiple of network.heads"),
+])
+def test_networks_over_the_limits_are_config_errors(network, message, tmp_path, capsys):
+    with pytest.raises(C.ConfigError, match=message):
+        C.from_dict({"network": network}).validate(check_paths=False)
+    at_limit = C.from_dict({"network": {"dim": C.MAX_DIM, "heads": 8, "layers": C.MAX_LAYERS}})
+    at_limit.validate(check_paths=False)
+    config = tmp_path / "big.yaml"
+    config.write_text(yaml.safe_dump({"network": network}))
+    assert cli.main(["--config", str(config), "--workdir", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
 def test_cli_reports_config_errors(tmp_path, capsys):
@@ -91,56 +117,209 @@ def test_cli_reports_config_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_graphs_over_the_limit_are_left_out_and_counted(data):
-    pool = loop.load_pool(data, "train", (32,), 20, 256)
-    assert all(g.num_vertices <= 20 for g in pool.graphs)
-    assert sum(pool.skipped.values()) > 0
-
-
-def test_smoke_config_is_valid():
-    config = C.load("train/configs/smoke.yaml")
+def test_smoke_and_main_configs_are_valid():
+    config = C.load(SMOKE)
     config.validate(check_paths=False)
-    C.load("train/configs/main.yaml").validate(check_paths=False)
+    assert config.data.path == "data/smoke"
+    C.load(os.path.join(ROOT, "train", "configs", "main.yaml")).validate(check_paths=False)
+
+
+def _copy(data, tmp_path):
+    out = str(tmp_path / "data")
+    shutil.copytree(data, out)
+    return out
+
+
+def test_labels_of_another_schema_version_are_a_config_error(data, tmp_path):
+    copy = _copy(data, tmp_path)
+    manifest = os.path.join(copy, "labels", "labels.json")
+    with open(manifest) as f:
+        m = json.load(f)
+    m["config"]["label_schema_version"] = L.LABEL_SCHEMA_VERSION + 1
+    with open(manifest, "w") as f:
+        json.dump(m, f)
+    workdir = tmp_path / "run"
+    with pytest.raises(C.ConfigError, match=rf"schema version {L.LABEL_SCHEMA_VERSION + 1}.*rebuild them with "
+                                            rf"`python -m data_gen label --data {copy}`"):
+        loop.train(tiny_config(copy), str(workdir), progress=False, tensorboard=False)
+    assert not (workdir / "checkpoints").exists()
+    shutil.rmtree(os.path.join(copy, "labels"))
+    with pytest.raises(C.ConfigError, match=rf"no labels in .*python -m data_gen label --data {copy}"):
+        loop.train(tiny_config(copy), str(tmp_path / "run2"), progress=False, tensorboard=False)
+
+
+def test_labels_that_do_not_match_their_graph_are_a_config_error(data, tmp_path):
+    """Labels of another build of the dataset (here: one graph's best baseline differs)."""
+    import datasets as hf
+
+    copy = _copy(data, tmp_path)
+    lab = L.load_labels(copy)
+    changed = lab["train"].map(lambda r, i: {"best_baseline": r["best_baseline"] + (i == 1)}, with_indices=True)
+    tmp = str(tmp_path / "labels_tmp")
+    hf.DatasetDict({"train": changed, "validation": lab["validation"]}).save_to_disk(tmp)
+    del lab, changed
+    shutil.rmtree(os.path.join(copy, "labels", "train"))
+    shutil.move(os.path.join(tmp, "train"), os.path.join(copy, "labels", "train"))
+    hash1 = hf.load_from_disk(copy)["train"][1]["graph_hash"]
+    with pytest.raises(C.ConfigError, match=rf"labels of graph {hash1} .* do not match the graph.*rebuild them"):
+        TD.load_split(copy, "train", (64, 128, 256), 256)
+    with pytest.raises(C.ConfigError, match="do not match the graph"):
+        loop.train(tiny_config(copy, **{"data.max_vertices": 256, "buckets": [64, 128, 256]}),
+                   str(tmp_path / "run"), progress=False, tensorboard=False)
+
+
+def test_graphs_over_the_limit_are_left_out_and_counted(data):
+    d = TD.load_split(data, "train", (64,), 30)
+    assert all(r["num_vertices"] <= 30 for r in d.rows)
+    assert d.skipped["more than max_vertices"] > 0
+    full = TD.load_split(data, "train", (64, 128, 256), 256)
+    assert len(full) == len(d) + d.skipped["more than max_vertices"] and not full.skipped
+    assert (full.bucket == [TD.bucket_of(r["num_vertices"], (64, 128, 256)) for r in full.rows]).all()
+    with pytest.raises(C.ConfigError, match="no labelled graph"):
+        TD.load_split(data, "train", (64,), 4)
+
+
+# ---------------------------------------------------------------------------------
+# batches
+
+
+def test_every_labelled_state_appears_once_per_epoch(data):
+    d = TD.load_split(data, "train", (64, 128, 256), 256)
+    assert len(np.unique(d.bucket)) > 1
+    tokens, K = 2048, 8
+    everything = collections.Counter((i, int(w)) for i, r in enumerate(d.rows) for w in range(len(r["positions"])))
+    epochs = []
+    for epoch in range(3):
+        batches = TD.epoch_batches(d, 0, epoch, tokens, K)
+        seen = collections.Counter((i, int(w)) for b in batches for i, which in b for w in which)
+        assert seen == everything  # every (graph, position) exactly once
+        for b in batches:
+            assert len({int(d.bucket[i]) for i, _ in b}) == 1  # one bucket per batch
+            assert len(b) <= max(1, tokens // (int(d.bucket[b[0][0]]) * K))
+            assert all(1 <= len(which) <= K for _, which in b)
+        epochs.append([[(i, list(map(int, w))) for i, w in b] for b in batches])
+    assert epochs[0] != epochs[1]  # a new order every epoch
+    again = TD.epoch_batches(d, 0, 1, tokens, K)
+    assert [[(i, list(map(int, w))) for i, w in b] for b in again] == epochs[1]  # drawn from (seed, epoch)
+    assert [[(i, list(map(int, w))) for i, w in b] for b in TD.epoch_batches(d, 1, 1, tokens, K)] != epochs[1]
+
+
+def test_a_batch_holds_the_labels_of_its_states(data):
+    config = tiny_config(data)
+    d = TD.load_split(data, "train", (64,), 64)
+    visits = TD.epoch_batches(d, 0, 0, config.tokens_per_batch, config.states_per_graph)[0]
+    V, E, K, G = TD.batch_shape(d, visits, config)
+    assert (V, K, G) == (64, 8, 2) and E >= 4 * 64
+    batch = TD.make_batch(d, visits, V, E, K, G)
+    for g, (i, which) in enumerate(visits):
+        row, n = d.rows[i], d.rows[i]["num_vertices"]
+        order = row["order"]
+        assert batch["vmask"][g].sum() == n and batch["num_edges"][g] == row["num_edges"]
+        assert batch["weight"][g].tolist() == [1.0] * len(which) + [0.0] * (K - len(which))
+        for k, w in enumerate(sorted(which)):
+            t = row["positions"][w]
+            assert set(np.flatnonzero(batch["legal"][g, k])) == set(order[t:])
+            assert set(np.flatnonzero(batch["target"][g, k])) == set(row["moves"][w])
+            assert batch["target"][g, k].sum() == pytest.approx(1.0)
+            assert batch["value"][g, k] == pytest.approx(row["to_go"][w] / max(row["best_baseline"], 1), rel=1e-6)
+            assert batch["progress"][g, k] == pytest.approx(t / len(order), rel=1e-6)
+        assert not batch["legal"][g, len(which):].any()
 
 
 # ---------------------------------------------------------------------------------
 # learning, outputs
 
 
-def test_tiny_run_lowers_the_greedy_policy_cost(data, full_run):
-    _workdir, out = full_run
+def test_tiny_run_lowers_the_loss_on_the_training_states(data, full_run):
+    """The loss over every labelled training state, before and after the 20 steps."""
+    from alphagrad.network import policy_loss
+
+    _, out = full_run
     config = tiny_config(data)
-    pool = loop.load_pool(data, "train", (32,), 32, 256, limit=8)
+    d = TD.load_split(data, "train", tuple(config.buckets), config.data.max_vertices)
     net = loop.network(config)
-    before = loop.validate(net, loop.init_params(config, loop._key(config, -1)), pool, 256)
-    after = loop.validate(net, out["params"], pool, 256)
-    assert after["val_ratio"] < before["val_ratio"]
-    assert out["step"] == config.warm_start.steps + config.steps
-    assert np.isfinite(out["loss"]) and np.isfinite(out["val_ratio"])
+    fn = jax.jit(lambda p, b: policy_loss(net, p, b, config.value_weight)[1])
+
+    def average(params):
+        ms = [fn(params, TD.make_batch(d, v, *TD.batch_shape(d, v, config)))
+              for v in TD.epoch_batches(d, 0, 0, config.tokens_per_batch, config.states_per_graph)]
+        return {k: float(np.mean([m[k] for m in ms])) for k in ms[0]}
+
+    before = average(loop.init_params(config, jax.random.key(config.seed)))
+    after = average(out["params"])
+    assert after["policy_loss"] < before["policy_loss"] - 0.03, (before, after)
+    assert after["excess"] < before["excess"] and after["accuracy"] > before["accuracy"]
+    assert after["value_loss"] < 0.6 * before["value_loss"]
+    assert out["step"] == config.steps
+    assert np.isfinite(out["loss"]) and np.isfinite(out["val_ratio"]) and out["val_ratio"] > 0
 
 
-def test_run_writes_metrics_checkpoints_and_the_best_model(full_run):
-    workdir, out = full_run
-    import csv
-
+def _metrics(workdir):
     with open(os.path.join(workdir, "metrics.csv")) as f:
-        rows = list(csv.DictReader(f))
-    assert [int(r["step"]) for r in rows] == list(range(1, out["step"] + 1))
-    assert rows[-1]["val_ratio"] and rows[-1]["selfplay_ratio"]
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_metrics_checkpoints_and_the_best_model(data, full_run):
+    import alphagrad
+    from alphagrad import hub
+
+    workdir, out = full_run
+    rows = _metrics(workdir)
+    assert [int(r["step"]) for r in rows] == [5, 10, 15, 20]  # every eval_every steps
+    for key in ("loss", "policy_loss", "value_loss", "accuracy", "val_ratio", "val_label_ratio", "val_policy_loss",
+                "val_value_loss", "val_accuracy", "epoch", "samples", "wall_s"):
+        assert all(r[key] != "" for r in rows), key
+    assert float(rows[-1]["epoch"]) > 1  # more than one pass over the tiny data
     steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
-    assert steps[-2:] == [out["step"] - 1, out["step"]]  # the last K (K=2), plus the best
+    assert steps[-2:] == [18, 20]  # the last K (K=2), plus the best by validation
+    best_step = min(rows, key=lambda r: float(r["val_ratio"]))["step"]
+    assert int(best_step) in steps
     assert sorted(os.listdir(os.path.join(workdir, "best_model"))) == ["README.md", "config.json",
                                                                        "model.safetensors"]
-    import alphagrad
-
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert C.from_dict(json.load(f)) == tiny_config(data)
     agent = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
     assert agent.config["network"] == {"dim": 16, "heads": 2, "layers": 1}
+    assert agent.max_vertices == tiny_config(data).max_vertices
+    # the best model holds the parameters of the best validation step's checkpoint
+    meta = _final_state(workdir, tiny_config(data))[2]
+    assert meta["best_step"] == int(best_step) and meta["best_val_ratio"] == float(
+        min(rows, key=lambda r: float(r["val_ratio"]))["val_ratio"])
+    _, state, _ = _final_state(workdir, tiny_config(data), step=int(best_step))
+    _, params = hub.load_files(os.path.join(workdir, "best_model"))
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(jax.device_get(state["params"]))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # and plays: a complete order on a new function
+    import jax.numpy as jnp
+
+    order = agent.greedy_order(lambda x, y: jnp.sin(x * y) + jnp.cos(x) * y, 0.5, 0.3)
+    assert len(order) >= 2
+
+
+def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_path):
+    import alphagrad
+    from train import export
+
+    workdir, out = full_run
+    written = export.export(workdir, str(tmp_path / "model"))
+    assert sorted(written) == ["README.md", "config.json", "model.safetensors"]
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert "## Validation curve" in card and f"| {out['step']} |" in card and "wall time" in card
+    assert "warm-start" not in card and "self-play" not in card
+    evaluation = card[card.index("## Evaluation"):card.index("## Configuration")]
+    assert "<!-- results:start -->" in evaluation and "<!-- results:end -->" in evaluation  # for eval.readme_results
+    agent = alphagrad.from_pretrained(str(tmp_path / "model"))
+    best = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
+    for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(best.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_refuses_to_overwrite_a_run(data, full_run):
     workdir, _ = full_run
+    before = _metrics(workdir)
     with pytest.raises(C.ConfigError, match="--resume"):
         loop.train(tiny_config(data), workdir, progress=False, tensorboard=False)
+    assert _metrics(workdir) == before
 
 
 # ---------------------------------------------------------------------------------
@@ -149,10 +328,51 @@ def test_refuses_to_overwrite_a_run(data, full_run):
 
 @pytest.fixture(scope="module")
 def interrupted(data, tmp_path_factory):
-    """A run stopped after 10 of its 15 steps (as if killed after its checkpoint)."""
+    """A run stopped after 10 of its 20 steps (as if killed after its checkpoint)."""
     workdir = str(tmp_path_factory.mktemp("interrupted"))
-    loop.train(tiny_config(data), workdir, stop_after=10, progress=False, tensorboard=False)
+    out = loop.train(tiny_config(data), workdir, stop_after=10, progress=False, tensorboard=False)
+    assert out["step"] == 10
     return workdir
+
+
+def _final_state(workdir, config, step=None):
+    """(step, {params, opt_state}, meta) of the newest checkpoint (or of ``step``)."""
+    import orbax.checkpoint as ocp
+
+    params = loop.init_params(config, jax.random.key(config.seed))
+    template = {"params": params, "opt_state": loop.optimizer(config).init(params)}
+    manager = loop._manager(workdir, config)
+    try:
+        step = manager.latest_step() if step is None else step
+        out = manager.restore(step, args=ocp.args.Composite(
+            train_state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
+    finally:
+        manager.close()
+    return step, out["train_state"], dict(out["meta"])
+
+
+def _assert_same_run(workdir, reference, config):
+    """Same final parameters, optimiser state, checkpoint metadata, metrics (every column
+    but wall time) and best model as the run in ``reference``."""
+    from alphagrad import hub
+
+    step, state, meta = _final_state(workdir, config)
+    ref_step, ref_state, ref_meta = _final_state(reference, config)
+    assert step == ref_step == config.steps
+    flat, tree = jax.tree_util.tree_flatten(jax.device_get(state))
+    ref_flat, ref_tree = jax.tree_util.tree_flatten(jax.device_get(ref_state))
+    assert tree == ref_tree
+    assert len(flat) > len(jax.tree_util.tree_leaves(state["params"]))  # optimiser state included
+    for a, b in zip(flat, ref_flat):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    drop = lambda m: {k: v for k, v in m.items() if k != "wall_s"}
+    assert drop(meta) == drop(ref_meta)
+    rows, ref_rows = map(_metrics, (workdir, reference))
+    assert [int(r["step"]) for r in rows] == list(range(config.eval_every, step + 1, config.eval_every))
+    assert [drop(r) for r in rows] == [drop(r) for r in ref_rows]
+    for a, b in zip(*(jax.tree_util.tree_leaves(hub.load_files(os.path.join(w, "best_model"))[1])
+                      for w in (workdir, reference))):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_resumed_run_equals_an_uninterrupted_one(data, full_run, interrupted, tmp_path):
@@ -161,7 +381,6 @@ def test_resumed_run_equals_an_uninterrupted_one(data, full_run, interrupted, tm
     out = loop.train(tiny_config(data), workdir, resume=True, progress=False, tensorboard=False)
     for a, b in zip(_params(out), _params(full_run[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    # optimiser state, replay, metrics (no duplicated rows after the resume) too
     _assert_same_run(workdir, full_run[0], tiny_config(data))
 
 
@@ -176,80 +395,31 @@ def test_corrupted_latest_checkpoint_falls_back_to_the_previous_one(data, full_r
     with pytest.warns(UserWarning, match="checkpoint at step 10 cannot be restored"):
         out = loop.train(tiny_config(data), workdir, resume=True, progress=False, tensorboard=False)
     assert os.path.isdir(os.path.join(workdir, "corrupt_checkpoints", "10"))
-    for a, b in zip(_params(out), _params(full_run[1])):  # resumed from step 9: same result
+    for a, b in zip(_params(out), _params(full_run[1])):  # resumed from step 8: same result
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    _assert_same_run(workdir, full_run[0], tiny_config(data))  # the row of step 10 averages steps 6-10
 
 
-def _final_state(workdir, config):
-    """(step, params, optimiser state, replay, meta) of the newest checkpoint in ``workdir``."""
-    params = loop.init_params(config, loop._key(config, -1))
-    template = {"params": params, "opt_state": loop.optimizer(config).init(params)}
-    manager = loop._manager(workdir, config)
-    try:
-        step, state, replay, meta = loop._restore(manager, workdir, template, config.replay_capacity)
-    finally:
-        manager.close()
-    return step, state, replay, meta
+def test_max_seconds_stops_with_a_checkpoint_and_the_run_resumes(data, full_run, tmp_path):
+    workdir = str(tmp_path / "run")
+    config = tiny_config(data)
+    out = loop.train(config, workdir, progress=False, tensorboard=False, max_seconds=0)
+    assert out["step"] == 1  # the first step always runs
+    assert "val_ratio" in out  # validated before stopping
+    assert _final_state(workdir, config)[0] == 1
+    assert [int(r["step"]) for r in _metrics(workdir)] == [1]
+    out = loop.train(config, workdir, resume=True, progress=False, tensorboard=False, stop_after=3)
+    assert out["step"] == 4 and _final_state(workdir, config)[0] == 4
 
 
-def _stored_replay_count(workdir, config):
-    """(step, samples ever added) as the newest checkpoint stores them, read with orbax
-    directly (not through the code under test)."""
-    import orbax.checkpoint as ocp
-
-    manager = loop._manager(workdir, config)
-    try:
-        step = manager.latest_step()
-        replay = manager.restore(step, args=ocp.args.Composite(replay=ocp.args.StandardRestore()))["replay"]
-    finally:
-        manager.close()
-    (bucket,) = replay.values()
-    return step, int(bucket["count"])
-
-
-def _metrics(workdir):
-    import csv
-
-    with open(os.path.join(workdir, "metrics.csv")) as f:
-        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
-
-
-def _assert_same_run(workdir, reference, config):
-    """Same final parameters, optimiser state, replay buffers and counts, checkpoint
-    metadata and metrics (every column but wall time) as the run in ``reference``."""
-    step, state, replay, meta = _final_state(workdir, config)
-    ref_step, ref_state, ref_replay, ref_meta = _final_state(reference, config)
-    assert step == ref_step == config.warm_start.steps + config.steps
-    flat, tree = jax.tree_util.tree_flatten(jax.device_get(state))
-    ref_flat, ref_tree = jax.tree_util.tree_flatten(jax.device_get(ref_state))
-    assert tree == ref_tree
-    assert len(flat) > len(jax.tree_util.tree_leaves(state["params"]))  # optimiser state included
-    for a, b in zip(flat, ref_flat):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert replay.count == ref_replay.count
-    assert replay.buffers.keys() == ref_replay.buffers.keys()
-    for bucket, buf in replay.buffers.items():
-        assert buf.keys() == ref_replay.buffers[bucket].keys()
-        for k, v in buf.items():
-            np.testing.assert_array_equal(v, ref_replay.buffers[bucket][k], err_msg=f"replay {bucket} {k}")
-    drop = lambda m: {k: v for k, v in m.items() if k != "wall_s"}
-    assert drop(meta) == drop(ref_meta)
-    rows, ref_rows = _metrics(workdir), _metrics(reference)
-    assert [int(r["step"]) for r in rows] == list(range(1, step + 1))
-    assert rows == ref_rows
-
-
-#: The warm start's 12 steps fill the replay buffer with 114 samples; with this capacity
-#: the first self-play step (step 13) wraps it.
-CAPACITY = 128
-
-
-@pytest.fixture(scope="module")
-def full_run_wrapped(data, tmp_path_factory):
-    """An uninterrupted run whose replay buffer wraps during self-play."""
-    workdir = str(tmp_path_factory.mktemp("full_wrapped"))
-    loop.train(tiny_config(data, replay_capacity=CAPACITY), workdir, progress=False, tensorboard=False)
-    return workdir
+def test_changed_config_keys_are_listed_for_the_resume_warning(data, interrupted, tmp_path):
+    assert loop._changed_keys({"a": 1, "n": {"b": 2}}, {"a": 1, "n": {"b": 3}}) == ["n.b 2 -> 3"]
+    assert loop._changed_keys({"a": 1}, {"a": 1, "c": 2}) == ["c None -> 2"]
+    workdir = str(tmp_path / "run")
+    shutil.copytree(interrupted, workdir)
+    with pytest.warns(UserWarning, match=r"resuming with a changed config: learning_rate 0.003 -> 0.002"):
+        loop.train(tiny_config(data, learning_rate=0.002), workdir, resume=True, stop_after=1, progress=False,
+                   tensorboard=False)
 
 
 def _kill_after_checkpoint(proc, checkpoints, step, deadline_s=600):
@@ -267,92 +437,37 @@ def _kill_after_checkpoint(proc, checkpoints, step, deadline_s=600):
 
 @pytest.mark.parametrize("resume_in", [
     "this process",
-    # a second training process (~45 s more on 2 busy cores); the resume is the same call
+    # a second training process (~30 s more on 2 busy cores); the resume is the same call
     pytest.param("process", marks=pytest.mark.slow),
 ])
-def test_resume_after_sigkill_of_a_training_process(data, tmp_path, resume_in, request):
-    """``python -m train`` killed with SIGKILL after self-play wrapped the replay buffer,
-    then resumed (``--resume``): the same run as an uninterrupted one (parameters,
-    optimiser state, replay buffer and count, checkpoint metadata, metrics)."""
-    import concurrent.futures
-
-    config = tiny_config(data, replay_capacity=CAPACITY)
+def test_resume_after_sigkill_of_a_training_process(data, full_run, tmp_path, resume_in):
+    """``python -m train`` killed with SIGKILL mid-run, then resumed (``--resume``): the
+    same run as an uninterrupted one (parameters, optimiser state, checkpoint metadata,
+    metrics, best model)."""
+    config = tiny_config(data)
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(config.to_dict()))
     workdir = tmp_path / "run"
     cmd = [sys.executable, "-m", "train", "--config", str(cfg_path), "--workdir", str(workdir), "--no-progress"]
     # the in-process reference runs with the test settings (conftest.py)
     env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    wrapped = config.warm_start.steps + 1  # the first self-play step wraps the buffer
-    with open(tmp_path / "killed.log", "w") as log, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            killed = pool.submit(_kill_after_checkpoint, proc, workdir / "checkpoints", wrapped)
-            reference = request.getfixturevalue("full_run_wrapped")  # meanwhile, on the other core
-            log_tail = lambda: (tmp_path / "killed.log").read_text()[-2000:]
-            assert killed.result(), f"the run ended before it was killed: {log_tail()}"
+            killed = _kill_after_checkpoint(proc, workdir / "checkpoints", 6)
+            assert killed, f"the run ended before it was killed: {(tmp_path / 'killed.log').read_text()[-2000:]}"
             assert proc.wait(timeout=60) == -signal.SIGKILL
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    killed_at, count = _stored_replay_count(str(workdir), config)  # what the resume will restore
-    assert wrapped <= killed_at < config.warm_start.steps + config.steps
-    assert count > CAPACITY and count % CAPACITY  # wrapped, and the next sample does not go to slot 0
+    killed_at = _final_state(str(workdir), config)[0]  # what the resume will restore
+    assert 6 <= killed_at < config.steps
     if resume_in == "process":
-        resumed = subprocess.run(cmd + ["--resume"], cwd=root, env=env, capture_output=True, text=True,
+        resumed = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True,
                                  timeout=900)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert f"resumed from step {killed_at}" in resumed.stderr
     else:
-        loop.train(config, str(workdir), resume=True, progress=False)
-    _assert_same_run(str(workdir), reference, config)
-
-
-# ---------------------------------------------------------------------------------
-# data parallelism
-
-
-def test_two_devices_data_parallel(data, tmp_path):
-    config = dataclasses.replace(tiny_config(data), steps=2, devices=2)
-    cfg_path = tmp_path / "c.json"
-    cfg_path.write_text(json.dumps(config.to_dict()))
-    script = textwrap.dedent(f"""
-        import json, jax
-        from train import config as C, loop
-        config = C.from_dict(json.load(open({str(cfg_path)!r})))
-        out = loop.train(config, {str(tmp_path / 'run')!r}, progress=False, tensorboard=False)
-        leaf = jax.tree_util.tree_leaves(out["params"])[0]
-        print("RESULT", len(jax.devices()), out["devices"], len(leaf.sharding.device_set), out["loss"])
-    """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                          cwd=os.path.dirname(os.path.dirname(__file__)), timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")][-1].split()
-    assert line[1:4] == ["2", "2", "2"]  # two devices, a 2-device mesh, parameters replicated on both
-    assert np.isfinite(float(line[4]))
-
-
-def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_path):
-    from train import export
-
-    import alphagrad
-
-    workdir, out = full_run
-    written = export.export(workdir, str(tmp_path / "model"))
-    assert sorted(written) == ["README.md", "config.json", "model.safetensors"]
-    card = (tmp_path / "model" / "README.md").read_text()
-    assert "## Validation curve" in card and f"| {out['step']} |" in card
-    assert "warm-start" in card and "wall time" in card
-    evaluation = card[card.index("## Evaluation"):card.index("## Configuration")]
-    assert "<!-- results:start -->" in evaluation and "<!-- results:end -->" in evaluation  # for eval.readme_results
-    agent = alphagrad.from_pretrained(str(tmp_path / "model"))
-    best = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
-    for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(best.params)):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-
-
-def test_changed_config_keys_are_listed_for_the_resume_warning():
-    assert loop._changed_keys({"a": 1, "n": {"b": 2}}, {"a": 1, "n": {"b": 3}}) == ["n.b 2 -> 3"]
+        loop.train(config, str(workdir), resume=True, progress=False, tensorboard=False)
+    _assert_same_run(str(workdir), full_run[0], config)

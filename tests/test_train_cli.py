@@ -1,7 +1,8 @@
 """``python -m train`` refuses paths that cannot work before any training, with a message
 that says what is wrong and what to do: ``data.path`` a file or missing (naming the build
-command the config gives), ``--workdir`` a file, ``--resume`` on a directory that holds no
-run. Nothing here trains."""
+command the config gives), a directory without a dataset, a dataset without labels (naming
+``python -m data_gen label``), ``--workdir`` a file, ``--resume`` on a directory that holds
+no run. Nothing here trains."""
 
 from __future__ import annotations
 
@@ -75,3 +76,23 @@ def test_resume_on_a_missing_workdir_is_an_error(tmp_path, data_dir, capsys):
 def test_resume_on_a_directory_without_a_run_is_an_error(tmp_path, data_dir, capsys):
     code, err = _run(capsys, "--workdir", str(tmp_path), "--resume", "--set", f"data.path={data_dir}")
     assert code == 2 and "holds no training run" in err and "drop --resume" in err
+
+
+def test_a_directory_without_a_dataset_is_a_config_error(tmp_path, data_dir, capsys):
+    code, err = _run(capsys, "--workdir", str(tmp_path / "run"), "--set", f"data.path={data_dir}")
+    assert code == 2
+    assert f"config error: cannot read a dataset at {data_dir!r}" in err
+    assert f"python -m data_gen build --out {data_dir}" in err
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_dataset_without_labels_says_how_to_make_them(tmp_path, capsys):
+    import datasets as hf
+
+    data = str(tmp_path / "data")
+    one = hf.Dataset.from_dict({"graph_hash": ["0123456789abcdef"], "num_vertices": [3]})
+    hf.DatasetDict({s: one for s in ("train", "validation")}).save_to_disk(data)
+    code, err = _run(capsys, "--workdir", str(tmp_path / "run"), "--set", f"data.path={data}")
+    assert code == 2
+    assert "config error: no labels in" in err and f"python -m data_gen label --data {data}" in err
+    assert not (tmp_path / "run" / "checkpoints").exists()

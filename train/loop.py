@@ -270,7 +270,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
     bar = tqdm(total=config.steps, initial=start, desc="train", disable=not progress)
-    step, done_here, window = start, 0, []
+    step, done_here, window = start, 0, list(meta.get("window", []))  # training metrics since the last row
     while step < config.steps and (stop_after is None or done_here < stop_after):
         epoch, visits = schedule(step)
         V, E, K, G = batch_shape(train_data, visits, config)
@@ -304,6 +304,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         bar.update(1)
         bar.set_postfix(loss=f"{window[-1]['loss']:.3g}" if window else "", epoch=f"{epoch:.2f}")
         if step % config.checkpoint_every == 0 or step == config.steps or ckpt_metrics is not None:
+            meta["window"] = window  # so that a resumed run's next row averages the same steps
             _save(manager, step, params, opt_state, meta, ckpt_metrics)
         if out_of_time:
             log.info("stopping after %.0f s at step %d (max_seconds); resume with --resume", time.time() - t0, step)

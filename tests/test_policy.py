@@ -1,0 +1,364 @@
+"""The network's side of the sparse elimination game (alphagrad.policy): what it observes
+of a graph and of a state, and the compiled rollout that plays its policy.
+
+* the compiled greedy rollout (re-scoring only the neighbours of each eliminated vertex)
+  plays exactly the argmax of the JAX decoder recomputed on every whole state;
+* sampled orders are valid, seeded, and follow ``softmax(logits / temperature)``;
+* ``observe``/``observe_along`` report what the evaluator says of each state;
+* ``graph_inputs`` has the documented shapes and contents, and the encoder + decoder are
+  equivariant to renumbering the vertices and blind to padding.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import alphagrad as ag
+from alphagrad import policy
+from alphagrad.agent import init_params
+from alphagrad.evaluator import Evaluator
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT
+from alphagrad.network import NetworkConfig, PolicyNet
+from data_gen import random_programs as rp
+
+NET = PolicyNet(NetworkConfig(dim=32, heads=4, layers=2))
+
+
+@pytest.fixture(scope="module")
+def params():
+    return init_params(NET, jax.random.key(3))
+
+
+def _zoo(name):
+    ex = ag.examples.get(name)
+    return ag.trace(ex.fn, *ex.args)
+
+
+def _program(seed, ops=40, **kw):
+    spec = rp.ProgramSpec(**{**dict(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5),
+                             **kw})
+    f, args = rp.generate(spec, seed)
+    return ag.trace(f, *args)
+
+
+GRAPHS = {
+    "RoeFlux_1d": lambda: _zoo("RoeFlux_1d"),
+    "BlackScholes_Jacobian": lambda: _zoo("BlackScholes_Jacobian"),
+    "random_0": lambda: _program(0),
+    "random_1": lambda: _program(1),
+    "random_2": lambda: _program(2, ops=60),
+}
+
+
+def _scale(g, ev):
+    inter = list(g.intermediates)
+    return float(max(min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz())), 1))
+
+
+_encoder = jax.jit(lambda p, *a: NET.apply(p, *a, method=PolicyNet.encode))
+
+
+def _encode(params, inputs):
+    """The encoder on one graph's unpadded inputs (not through policy.embed)."""
+    n, m = inputs["static"].shape[0], inputs["src"].shape[0]
+    return _encoder(params, inputs["static"], inputs["src"], inputs["dst"], inputs["edge_features"],
+                    jnp.int32(m), jnp.ones(n, bool))
+
+
+_decode = jax.jit(lambda p, h, dyn, legal, progress: NET.apply(p, h, dyn, legal, progress, method=PolicyNet.decode))
+
+
+def _replayed_logits(params, g, ev, scale, order):
+    """The JAX decoder's logits ``[n, V]`` (illegal moves at -inf) at every state along
+    ``order``, each state observed from scratch."""
+    n, V = len(order), g.num_vertices
+    h = _encode(params, policy.graph_inputs(g, ev, scale))
+    raw, _, flag = policy.observe_along(ev.initial, np.asarray(order, np.int64), np.arange(n), ev.compose,
+                                        ev.join, ev.cost_table)
+    assert flag == 0
+    legal = np.zeros((n, V), bool)
+    for t in range(n):
+        legal[t, order[t:]] = True
+    dyn = policy.dynamic_features(jnp.asarray(raw), jnp.full(n, scale), jnp)
+    logits, value = _decode(params, h[None], dyn, jnp.asarray(legal), jnp.arange(n, dtype=jnp.float32) / n)
+    assert logits.shape == (n, V) and value.shape == (n,)
+    return np.where(legal, np.asarray(logits, np.float64), -np.inf)
+
+
+# ----------------------------------------------------------------------------------
+# the compiled rollout
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name):
+    """Every move of the compiled greedy rollout is the highest logit of the JAX decoder
+    on that whole state (the smallest id on ties); rounding (float64 in the rollout,
+    float32 in JAX) may only decide between logits within 1e-4 of each other."""
+    g = GRAPHS[name]()
+    ev = Evaluator(g)
+    scale = _scale(g, ev)
+    player = policy.Player(NET, params, g, scale, ev)
+    order = player.play()
+    assert sorted(order) == sorted(g.intermediates)
+    assert player.play(temperature=0.0, seed=123) == order  # greedy ignores the seed
+    logits = _replayed_logits(params, g, ev, scale, order)
+    assert np.ptp(logits[0][np.isfinite(logits[0])]) > 0.05  # a network whose choice matters
+    near_ties = 0
+    for t, v in enumerate(order):
+        best = int(np.argmax(logits[t]))  # the first maximum: the smallest id
+        if best != v:
+            assert logits[t, v] >= logits[t, best] - 1e-4, (
+                f"step {t}: the rollout took {v} (logit {logits[t, v]:.6f}), the decoder's argmax is "
+                f"{best} (logit {logits[t, best]:.6f})")
+            near_ties += 1
+    assert near_ties <= max(1, len(order) // 20)
+    # the order is the network's, not a fixed rule: another network plays another order
+    other = policy.Player(NET, init_params(NET, jax.random.key(11)), g, scale, ev).play()
+    assert other != order
+
+
+def test_greedy_order_breaks_exact_ties_by_the_smallest_id(params):
+    """Vertices with equal inputs (here: a graph of identical independent chains) get
+    equal logits; the greedy order takes the smallest id among them."""
+    f = lambda a, b, c: (jnp.sin(jnp.cos(a)), jnp.sin(jnp.cos(b)), jnp.sin(jnp.cos(c)))
+    g = ag.trace(f, 0.1, 0.2, 0.3)
+    ev = Evaluator(g)
+    order = policy.Player(NET, params, g, 10.0, ev).play()
+    logits = _replayed_logits(params, g, ev, 10.0, order)
+    for t, v in enumerate(order):
+        top = np.flatnonzero(logits[t] == logits[t].max())
+        assert v == min(top)
+    assert np.sum(logits[0] == logits[0].max()) >= 3  # the ties are real
+
+
+def test_sampled_orders_are_valid_seeded_and_differ_across_seeds(params):
+    g = GRAPHS["RoeFlux_1d"]()
+    player = policy.Player(NET, params, g, 100.0)
+    orders = [player.play(temperature=1.0, seed=s) for s in range(5)]
+    for o in orders:
+        assert sorted(o) == sorted(g.intermediates) and len(set(o)) == len(o)
+    assert [player.play(temperature=1.0, seed=s) for s in range(5)] == orders  # deterministic per seed
+    assert len({tuple(o) for o in orders}) == 5
+    assert player.play(temperature=1.0, seed=0) != player.play()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.4])
+def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperature):
+    """The first move of a sampled order, over 3000 seeds, is distributed as
+    ``softmax(logits / temperature)`` of the decoder (within 4.5 standard errors per
+    vertex)."""
+    g = _program(3, ops=12, num_inputs=2, num_outputs=2, max_rank=1, max_dim=3, width=4)
+    ev = Evaluator(g)
+    # a freshly initialised network's logits are nearly equal; spread them (a logit range
+    # of a few units), so that the temperature matters
+    sharp = jax.tree_util.tree_map(lambda x: x, params)
+    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 40.0
+    player = policy.Player(NET, sharp, g, 10.0, ev)
+    n = len(g.intermediates)
+    assert n >= 8
+    logits = _replayed_logits(sharp, g, ev, 10.0, player.play())[0]
+    assert 2.0 < np.ptp(logits[np.isfinite(logits)]) < 20.0
+    p = np.exp((logits - logits.max()) / temperature)
+    p /= p.sum()
+    assert 2.0 / n < p.max() < 0.9  # neither uniform nor a foregone conclusion
+    N = 3000
+    counts = np.bincount([player.play(temperature=temperature, seed=s)[0] for s in range(N)],
+                         minlength=g.num_vertices)
+    freq = counts / N
+    np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
+
+
+def test_player_on_a_graph_without_intermediates(params):
+    g = ag.trace(lambda x: 2.0 * x, 1.0)
+    if g.intermediates:
+        pytest.skip("the graph has intermediates")
+    assert policy.Player(NET, params, g, 1.0).play() == []
+
+
+# ----------------------------------------------------------------------------------
+# observations
+
+
+def _direct_raw(ev, state, alive, V):
+    """(cost, predecessors, successors) of each alive vertex, from the evaluator's own
+    vertex cost and the state's edge list."""
+    edges = state.edges()
+    raw = np.zeros((V, 3), np.int64)
+    for v in alive:
+        raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
+                  sum(1 for (i, _) in edges if i == v))
+    return raw
+
+
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "random_0", "random_2"])
+def test_observe_equals_a_direct_computation_along_a_random_order(name):
+    g = GRAPHS[name]()
+    ev = Evaluator(g)
+    V = g.num_vertices
+    order = np.asarray(np.random.default_rng(7).permutation(g.intermediates), np.int64)
+    n = len(order)
+    positions = np.unique(np.r_[0, np.random.default_rng(8).choice(n, 10), n - 1, n])
+    along, to_go, flag = policy.observe_along(ev.initial, order, positions, ev.compose, ev.join, ev.cost_table)
+    assert flag == 0 and along.shape == (len(positions), V, policy.NUM_RAW) and to_go.shape == (len(positions),)
+    state = ev.new_state()
+    steps = []
+    expected = {}
+    for t in range(n + 1):
+        if t in positions:
+            raw = policy.observe(state.arrays, order[t:], ev.cost_table)
+            direct = _direct_raw(ev, state, order[t:], V)
+            np.testing.assert_array_equal(raw, direct, err_msg=f"position {t}")
+            expected[t] = direct
+        if t < n:
+            steps.append(ev.step(state, int(order[t])))
+    assert sum(steps) == ev.cost(order)
+    for r, t in enumerate(positions):
+        np.testing.assert_array_equal(along[r], expected[t], err_msg=f"observe_along at position {t}")
+        assert to_go[r] == sum(steps[t:])
+    assert to_go[0] == ev.cost(order) and to_go[-1] == 0 and not along[-1].any()
+    assert along[0][:, 0].any() and along[0][:, 1:].any()  # not trivially zero
+
+
+def test_dynamic_features_are_the_same_in_numpy_and_jax():
+    raw = np.asarray([[[0, 1, 2], [5, 3, 1], [1000, 7, 9]], [[2, 0, 0], [0, 0, 0], [3, 1, 1]]], np.int64)
+    scale = np.asarray([10.0, 100.0])
+    a = policy.dynamic_features(raw, scale)
+    b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
+    assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0], rtol=1e-6)
+    assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
+
+
+@pytest.mark.parametrize("name", ["BlackScholes_Jacobian", "random_1"])
+def test_graph_inputs_shapes_and_contents(name):
+    g = GRAPHS[name]()
+    ev = Evaluator(g)
+    scale = _scale(g, ev)
+    x = policy.graph_inputs(g, ev, scale)
+    V, E = g.num_vertices, len(g.edges)
+    assert x["static"].shape == (V, policy.NUM_STATIC) and x["static"].dtype == np.float32
+    assert x["edge_features"].shape == (E, policy.NUM_EDGE) and x["edge_features"].dtype == np.float32
+    assert x["src"].dtype == x["dst"].dtype == np.int32
+    assert x["src"].tolist() == [e.src for e in g.edges] and x["dst"].tolist() == [e.dst for e in g.edges]
+    assert x["kinds"].tolist() == list(g.kinds)
+    s, kinds = x["static"], np.asarray(g.kinds)
+    assert np.isfinite(s).all() and np.isfinite(x["edge_features"]).all()
+    np.testing.assert_array_equal(s[:, :3], np.stack([kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT], -1))
+    state = ev.new_state()
+    direct = _direct_raw(ev, state, g.intermediates, V)
+    np.testing.assert_allclose(s[:, 9], np.log1p(direct[:, 0] / scale), rtol=1e-5)  # cost now
+    np.testing.assert_allclose(s[:, 5], np.log1p(np.bincount(x["dst"], minlength=V)), rtol=1e-6)
+    np.testing.assert_allclose(s[:, 6], np.log1p(np.bincount(x["src"], minlength=V)), rtol=1e-6)
+    assert (s[:, 10:] >= 0).all() and (s[:, 10:] <= 1).all()  # depths, normalised
+    assert (s[kinds == INPUT, 10] == 0).all() and (s[kinds == OUTPUT, 11] == 0).all()
+    assert s[:, 10].max() == 1.0
+    # an edge's "multiplications when its source / destination is eliminated" add up, over
+    # a vertex's out-edges / in-edges, to the vertex's elimination cost
+    edge = x["edge_features"].astype(np.float64)
+    assert set(np.unique(edge[:, 0])) <= {0.0, 1.0}
+    for v in g.intermediates:
+        out_e, in_e = x["src"] == v, x["dst"] == v
+        np.testing.assert_allclose(np.expm1(edge[out_e, 1]).sum() * scale, direct[v, 0], rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(np.expm1(edge[in_e, 2]).sum() * scale, direct[v, 0], rtol=1e-4, atol=1e-3)
+
+
+# ----------------------------------------------------------------------------------
+# encoder + decoder: renumbering and padding
+
+
+def _state_features(g, ev, scale, k):
+    """Decoder inputs of the state after the first ``k`` moves of the forward order."""
+    order = np.asarray(g.intermediates, np.int64)
+    raw, _, flag = policy.observe_along(ev.initial, order, np.asarray([k]), ev.compose, ev.join, ev.cost_table)
+    legal = np.zeros(g.num_vertices, bool)
+    legal[order[k:]] = True
+    return policy.dynamic_features(raw[0], scale), legal, np.float32(k / len(order))
+
+
+def _outputs(params, inputs, num_edges, vmask, dyn, legal, progress):
+    h = _encoder(params, inputs["static"], inputs["src"], inputs["dst"], inputs["edge_features"],
+                 jnp.int32(num_edges), jnp.asarray(vmask))
+    logits, value = _decode(params, h, dyn, legal, progress)
+    return np.asarray(h), np.asarray(logits), float(value)
+
+
+def test_encoder_and_decoder_are_equivariant_to_renumbering_and_blind_to_padding(params):
+    g = _zoo("HumanHeartDipole")
+    ev = Evaluator(g)
+    scale = _scale(g, ev)
+    x = policy.graph_inputs(g, ev, scale)
+    V, E = g.num_vertices, len(g.edges)
+    dyn, legal, progress = _state_features(g, ev, scale, 10)
+    h, logits, value = _outputs(params, x, E, np.ones(V, bool), dyn, legal, progress)
+    assert h.shape == (V, NET.config.dim) and logits.shape == (V,)
+    # not constant: embeddings and logits differ between vertices
+    assert len(np.unique(np.round(h[:, 0], 3))) >= 10
+    real = logits[legal]
+    assert len(np.unique(np.round(real, 3))) >= 10 and real.std() > 1e-2
+
+    # renumbering: vertex v becomes perm[v], and the edges come in another order
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(V)
+    inv = np.argsort(perm)
+    eperm = rng.permutation(E)
+    xp = {"static": x["static"][inv], "src": perm[x["src"]][eperm].astype(np.int32),
+          "dst": perm[x["dst"]][eperm].astype(np.int32), "edge_features": x["edge_features"][eperm]}
+    h_p, logits_p, value_p = _outputs(params, xp, E, np.ones(V, bool), dyn[inv], legal[inv], progress)
+    np.testing.assert_allclose(h_p[perm], h, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits_p[perm], logits, rtol=1e-4, atol=1e-4)
+    assert value_p == pytest.approx(value, rel=1e-4, abs=1e-5)
+
+    # padding (as pad_inputs writes it, and with garbage in the padded slots) changes
+    # nothing for the real vertices
+    Vp, Ep = V + 40, E + 90
+    padded = policy.pad_inputs(x, Vp, Ep)
+    assert padded["vmask"].sum() == V and padded["num_edges"] == E
+    dyn_p = np.zeros((Vp, policy.NUM_DYNAMIC), np.float32)
+    dyn_p[:V] = dyn
+    legal_p = np.zeros(Vp, bool)
+    legal_p[:V] = legal
+    h_b, logits_b, value_b = _outputs(params, padded, E, padded["vmask"], dyn_p, legal_p, progress)
+    np.testing.assert_allclose(h_b[:V], h, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits_b[:V], logits, rtol=1e-4, atol=1e-4)
+    assert value_b == pytest.approx(value, rel=1e-4, abs=1e-5)
+    garbage = {k: np.array(v) for k, v in padded.items()}
+    garbage["static"][V:] = rng.normal(size=(Vp - V, policy.NUM_STATIC))
+    garbage["src"][E:] = rng.integers(0, Vp, Ep - E)
+    garbage["dst"][E:] = rng.integers(0, Vp, Ep - E)
+    garbage["edge_features"][E:] = rng.normal(size=(Ep - E, policy.NUM_EDGE))
+    dyn_g = dyn_p.copy()
+    dyn_g[V:] = rng.normal(size=(Vp - V, policy.NUM_DYNAMIC))
+    h_g, logits_g, value_g = _outputs(params, garbage, E, padded["vmask"], dyn_g, legal_p, progress)
+    np.testing.assert_allclose(h_g[:V], h, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits_g[:V], logits, rtol=1e-4, atol=1e-4)
+    assert value_g == pytest.approx(value, rel=1e-4, abs=1e-5)
+    # the padded encoder of policy.embed (what Player uses) gives the same embeddings
+    np.testing.assert_allclose(policy.embed(NET, params, x)[0], h, rtol=1e-4, atol=1e-4)
+
+    # the outputs depend on the graph and on the state
+    _, logits_s, value_s = _outputs(params, x, E, np.ones(V, bool), *_state_features(g, ev, scale, 30))
+    assert abs(value_s - value) > 1e-4
+    assert np.abs(logits_s[legal] - logits[legal]).max() > 1e-3
+    dropped = dict(xp, src=xp["src"][: E // 2], dst=xp["dst"][: E // 2], edge_features=xp["edge_features"][: E // 2])
+    h_d, _, _ = _outputs(params, dropped, E // 2, np.ones(V, bool), dyn[inv], legal[inv], progress)
+    assert np.abs(h_d[perm] - h).max() > 1e-2  # the encoder reads the edges
+
+
+def test_padded_sizes_and_pad_inputs_refuses_what_does_not_fit():
+    assert [policy.padded(n, 64) for n in (1, 64, 65, 128, 129, 1000)] == [64, 64, 128, 128, 256, 1024]
+    assert policy.padded(0, 128) == 128
+    g = _zoo("RoeFlux_1d")
+    ev = Evaluator(g)
+    x = policy.graph_inputs(g, ev, 100.0)
+    with pytest.raises(ValueError, match="does not fit"):
+        policy.pad_inputs(x, 64, 1024)
+    with pytest.raises(ValueError, match="does not fit"):
+        policy.pad_inputs(x, 128, 128)
+    p = policy.pad_inputs(x, 128, 256)
+    assert p["static"].shape == (128, policy.NUM_STATIC) and p["src"].shape == (256,)
+    np.testing.assert_array_equal(p["static"][: g.num_vertices], x["static"])
+    assert not p["static"][g.num_vertices:].any() and p["vmask"].tolist() == [True] * 107 + [False] * 21
