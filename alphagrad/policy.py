@@ -153,8 +153,10 @@ def _gelu(x):
 
 
 @numba.njit(cache=True, nogil=True)
-def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats):
+def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
     c = float(vertex_cost(state, v, cost))
+    if H1.shape[1] == 0:  # a network-free prior
+        return static[v] - beta * c * inv_scale
     i = float(state[7][v])
     o = float(state[1][v])
     feats[0] = np.log1p(c * inv_scale)
@@ -178,12 +180,15 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats):
 
 
 @numba.njit(cache=True, nogil=True)
-def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed):
+def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed,
+            static, beta):
     """Plays the policy on one graph: ``(order, flag)``, ``flag`` :data:`OVERFLOW` if a
     pool filled up. ``H1`` is the encoder's output through the decoder's first layer
-    (``[V, D]``); the other arrays are the decoder's remaining weights. ``temperature``
-    0: the highest logit (the smallest id on ties); else a sample of
-    ``softmax(logits / temperature)`` at every move (Gumbel-max, seeded)."""
+    (``[V, D]``); the other arrays are the decoder's remaining weights. With ``D = 0``
+    the policy is network-free: logit = ``static[v] - beta * cost(v) / scale`` (the
+    controls of :class:`ControlPlayer`). ``temperature`` 0: the highest logit (the
+    smallest id on ties); else a sample of ``softmax(logits / temperature)`` at every move
+    (Gumbel-max, seeded)."""
     work = copy_state(state0)
     V = work[0].shape[0]
     n = inter.shape[0]
@@ -197,7 +202,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     feats = np.zeros(Wd.shape[0])
     for v in inter:
         alive[v] = True
-        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats)
+        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     order = np.empty(n, np.int64)
     for step in range(n):
@@ -226,7 +231,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats)
+                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     return order, np.int64(0)
 
 
@@ -303,6 +308,9 @@ class Player:
         self.weights = decoder_weights(params, h)
         self.inter = np.asarray(graph.intermediates, np.int64)
 
+    static = np.zeros(0)
+    beta = 0.0
+
     def play(self, temperature: float = 0.0, seed: int = 0) -> list[int]:
         """One order: greedy (``temperature`` 0) or sampled at ``temperature``."""
         if len(self.inter) == 0:
@@ -310,7 +318,34 @@ class Player:
         ev = self.ev
         while True:
             order, flag = rollout(ev.initial, self.inter, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale,
-                                  *self.weights, float(temperature), int(seed))
+                                  *self.weights, float(temperature), int(seed), self.static, float(self.beta))
             if flag != OVERFLOW:
                 return [int(v) for v in order]
             ev.grow()
+
+
+#: The network-free priors of :class:`ControlPlayer`: what learning is measured against.
+CONTROLS = ("uniform", "markowitz", "random")
+#: The Markowitz prior's one parameter: logits are ``-cost / (MARKOWITZ_T * scale)``.
+MARKOWITZ_T = 0.1
+
+
+class ControlPlayer(Player):
+    """A :class:`Player` without a network, for controls in the same schedule:
+    ``uniform`` (equal logits: greedy is the smallest id first, samples are uniformly
+    random orders), ``markowitz`` (logits ``-cost / (MARKOWITZ_T * scale)``: greedy is the
+    Markowitz order), ``random`` (a fixed random score per vertex, drawn from ``seed``)."""
+
+    def __init__(self, kind: str, graph: Graph, scale: float, ev: Evaluator | None = None, seed: int = 0):
+        if kind not in CONTROLS:
+            raise ValueError(f"unknown control {kind!r}; use one of {list(CONTROLS)}")
+        self.graph = graph
+        self.ev = ev if ev is not None else Evaluator(graph, "exact")
+        self.scale = float(max(scale, 1))
+        self.compile_seconds = 0.0
+        self.inter = np.asarray(graph.intermediates, np.int64)
+        V = graph.num_vertices
+        z = np.zeros((0, 0))
+        self.weights = (np.zeros((V, 0)), np.zeros((NUM_DYNAMIC, 0)), z, np.zeros(0), np.zeros(0), 0.0)
+        self.static = np.random.default_rng(seed).standard_normal(V) if kind == "random" else np.zeros(V)
+        self.beta = 1.0 / MARKOWITZ_T if kind == "markowitz" else 0.0

@@ -95,8 +95,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most N graphs per family")
     p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split); FAMILY:N evaluates at most N of that family")
     p.add_argument("--seed", type=int, default=0, help="seed of every method (default: 0)")
-    p.add_argument("--methods", type=_methods, default=R.OPTIONAL_METHODS,
-                   help="comma-separated subset of " + ",".join(R.OPTIONAL_METHODS) + " (default: all)")
+    p.add_argument("--methods", type=_methods, default=R.DEFAULT_METHODS,
+                   help="comma-separated subset of " + ",".join(R.OPTIONAL_METHODS) + " (default: "
+                        + ",".join(R.DEFAULT_METHODS) + ")")
     p.add_argument("--no-jacobian-bench", dest="jacobian_bench", action="store_false",
                    help="skip the Jacobian runtime table")
     p.add_argument("--train-data", action="append", default=[], metavar="DIR",

@@ -15,6 +15,7 @@ from eval.report import BASELINES, BUDGETED, SIZE_FAMILIES, geomean
 
 _COLORS = {"forward": "#bbbbbb", "reverse": "#888888", "markowitz": "#555555", "optimal": "#000000",
            "zero-shot": "#9ecae1", "agent": "#3182bd", "anneal": "#e6550d", "search": "#31a354",
+           "uniform-prior": "#a1d99b", "markowitz-prior": "#fdae6b", "random-prior": "#d9d9d9",
            "AlphaZero (pub.)": "#756bb1", "PPO (pub.)": "#bcbddc"}
 
 

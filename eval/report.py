@@ -11,6 +11,9 @@
 * ``agent@Bs``: the agent at budget B (``agent.order(budget_s=B)``: network orders, then
   annealing from the cheapest);
 * ``anneal@Bs``: ``baselines.anneal(graph, budget_s=B, seed=seed)``;
+* ``uniform-prior@Bs``, ``markowitz-prior@Bs``, ``random-prior@Bs``: the controls, the
+  agent's schedule (:func:`alphagrad.inference.find_order`, same seed and budget) with a
+  network-free prior (:class:`alphagrad.policy.ControlPlayer`) instead of the network;
 * ``search@Bs``: the network-free search ``search.search_order(graph, prior="uniform",
   budget_s=B, seed=seed)`` (its compilation is done by an untimed warm-up call first, as
   the agent's budget excludes compilation too);
@@ -50,9 +53,14 @@ from eval import targets
 #: The classic orders: always evaluated (they define the best baseline).
 BASELINES = ("forward", "reverse", "markowitz")
 #: Methods that can be selected with ``--methods``.
-OPTIONAL_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search")
+OPTIONAL_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search", "uniform-prior", "markowitz-prior",
+                    "random-prior")
+#: The controls: the agent's schedule with a network-free prior (what learning adds).
+CONTROL_METHODS = ("uniform-prior", "markowitz-prior", "random-prior")
+#: Methods run when ``--methods`` is not given.
+DEFAULT_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search")
 #: Methods run once per budget.
-BUDGETED = ("agent", "anneal", "search")
+BUDGETED = ("agent", "anneal", "search") + CONTROL_METHODS
 #: Families of the held-out split, in report order.
 FAMILY_ORDER = ("published", "random_heldout", "large_random", "large_zoo_chained", "large_real")
 #: Families whose ratios are plotted against graph size.
@@ -82,7 +90,7 @@ class EvalConfig:
     seed: int = 0
     jacobian_bench: bool = True
     train_data: tuple = ()
-    methods: tuple = OPTIONAL_METHODS
+    methods: tuple = DEFAULT_METHODS
     optimal_max: int = 16
     search_simulations: int = 8
     zero_shot_budget: float = 5.0
@@ -312,6 +320,18 @@ def _run_anneal(graph, row, ctx, budget):
         f"baselines.anneal(graph, budget_s={budget:g}, seed={seed})", {}
 
 
+def _run_control(graph, row, ctx, budget, kind):
+    from alphagrad.inference import find_order
+    from alphagrad.policy import ControlPlayer
+
+    seed = ctx.config.seed
+    prior = kind.removesuffix("-prior")
+    res = find_order(graph, lambda g, scale, ev: ControlPlayer(prior, g, scale, ev, seed), budget, seed)
+    return (res.order, int(res.cost), float(res.seconds), 0.0,
+            f"inference.find_order(graph, ControlPlayer({prior!r}, ...), budget_s={budget:g}, seed={seed})",
+            {"found_by": res.method, "network_cost": res.network_cost})
+
+
 def _run_search(graph, row, ctx, budget):
     from alphagrad import search
 
@@ -358,7 +378,8 @@ def evaluate_graph(row: dict, ctx: _Context) -> tuple[list[dict], dict]:
         plan.append(("optimal", None, lambda: _run_optimal(graph, row, ctx)))
     if "zero-shot" in config.methods:
         plan.append(("zero-shot", None, lambda: _run_zero_shot(graph, row, ctx)))
-    runners = {"agent": _run_agent, "anneal": _run_anneal, "search": _run_search}
+    runners = {"agent": _run_agent, "anneal": _run_anneal, "search": _run_search,
+               **{k: (lambda g, r, c, b, k=k: _run_control(g, r, c, b, k)) for k in CONTROL_METHODS}}
     runs = [(kind, b) for b in config.budgets for kind in BUDGETED if kind in config.methods]
     runs += [run for run in config.extra if run not in runs]
     for kind, b in runs:

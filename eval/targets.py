@@ -99,6 +99,13 @@ def evaluate(records: list[dict]) -> list[dict]:
         if gm is not None:
             out.append({"target": f"what learning adds: agent@{b:g}s / uniform-prior search@{b:g}s (geomean)",
                         "measured": round(gm, 4), "status": "info", "detail": f"{n} graphs"})
+        for control in ("uniform-prior", "markowitz-prior", "random-prior", "anneal"):
+            gm, n = _versus(records, "agent", control, b)
+            if gm is not None:
+                out.append({"target": f"what learning adds: agent@{b:g}s / {control}@{b:g}s, the same schedule "
+                                      f"without the network (geomean)" if control != "anneal" else
+                                      f"what learning adds: agent@{b:g}s / anneal@{b:g}s alone (geomean)",
+                            "measured": round(gm, 4), "status": "info", "detail": f"{n} graphs"})
     return out
 
 

@@ -43,32 +43,43 @@ class LabelledGraphs:
         return len(self.rows)
 
     def graph(self, i: int):
-        """``(graph, evaluator, encoder inputs)`` of graph ``i`` (built once)."""
-        if i not in self.cache:
-            from data_gen.dataset import row_to_graph
+        """``(graph, evaluator, encoder inputs)`` of graph ``i``, built anew (the rule
+        tables behind an evaluator are large: training keeps only :meth:`prepared`)."""
+        from data_gen.dataset import row_to_graph
 
-            g = row_to_graph(self.rows[i])
-            ev = Evaluator(g, "exact")
-            self.cache[i] = (g, ev, policy.graph_inputs(g, ev, self.scale(i)))
-        return self.cache[i]
+        g = row_to_graph(self.rows[i])
+        ev = Evaluator(g, "exact")
+        return g, ev, policy.graph_inputs(g, ev, self.scale(i))
 
     def scale(self, i: int) -> float:
         return float(max(self.rows[i]["best_baseline"], 1))
 
+    def prepared(self, i: int) -> dict:
+        """What batches need of graph ``i``, computed once and kept (compact: no graph or
+        rule tables): the encoder inputs, and the decoder's features and the cost still to
+        come at every labelled position."""
+        if i not in self.cache:
+            _, ev, inputs = self.graph(i)
+            order = np.asarray(self.rows[i]["order"], np.int64)
+            pos = np.asarray(self.rows[i]["positions"], np.int64)
+            while True:
+                raw, to_go, flag = policy.observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
+                if flag != OVERFLOW:
+                    break
+                ev.grow()
+            self.cache[i] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(i)),
+                             "to_go": to_go}
+        return self.cache[i]
+
     def states(self, i: int, which) -> dict:
         """The decoder's inputs and targets at labelled positions ``which`` (indices into
         the row's ``positions``) of graph ``i``, unpadded."""
-        g, ev, _ = self.graph(i)
+        prep = self.prepared(i)
         row = self.rows[i]
         order = np.asarray(row["order"], np.int64)
-        n, V = len(order), g.num_vertices
+        n, V = len(order), prep["inputs"]["static"].shape[0]
         which = np.sort(np.asarray(which))
         pos = np.asarray(row["positions"], np.int64)[which]
-        while True:
-            raw, to_go, flag = policy.observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
-            if flag != OVERFLOW:
-                break
-            ev.grow()
         K = len(pos)
         legal = np.zeros((K, V), bool)
         target = np.zeros((K, V), np.float32)
@@ -76,9 +87,9 @@ class LabelledGraphs:
             legal[k, order[t:]] = True
             good = np.asarray(row["moves"][w], np.int64)
             target[k, good] = 1.0 / len(good)
-        scale = self.scale(i)
-        return {"dynamic": policy.dynamic_features(raw, scale), "legal": legal, "target": target,
-                "value": (to_go / scale).astype(np.float32), "progress": (pos / n).astype(np.float32)}
+        return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target,
+                "value": (prep["to_go"][which] / self.scale(i)).astype(np.float32),
+                "progress": (pos / n).astype(np.float32)}
 
 
 def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0) -> LabelledGraphs:
@@ -158,8 +169,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
     }
     for g, (i, which) in enumerate(visits):
-        _, _, inputs = data.graph(i)
-        for k, v in policy.pad_inputs(inputs, V, E).items():
+        for k, v in policy.pad_inputs(data.prepared(i)["inputs"], V, E).items():
             out[k][g] = v
         s = data.states(i, which)
         n, k = s["legal"].shape[1], len(which)
@@ -178,6 +188,6 @@ def batch_shape(data: LabelledGraphs, visits: list, config) -> tuple:
     V = int(data.bucket[visits[0][0]])
     E = config.edges_per_vertex * V
     for i, _ in visits:
-        E = max(E, policy.padded(len(data.graph(i)[2]["src"]), 128))
+        E = max(E, policy.padded(len(data.prepared(i)["inputs"]["src"]), 128))
     K = config.states_per_graph
     return V, E, K, max(1, config.tokens_per_batch // (V * K))

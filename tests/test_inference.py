@@ -1,0 +1,46 @@
+"""The budgeted schedule and its network-free controls."""
+
+from __future__ import annotations
+
+import pytest
+
+import alphagrad as ag
+from alphagrad.evaluator import Evaluator
+from alphagrad.inference import InferenceSettings, find_order
+from alphagrad.policy import ControlPlayer
+
+
+@pytest.fixture(scope="module")
+def graph():
+    ex = ag.examples.get("RoeFlux_1d")
+    return ag.trace(ex.fn, *ex.args)
+
+
+def _scale(graph):
+    return max(min(ag.cost(graph, o) for o in ("fwd", "rev", "markowitz")), 1)
+
+
+def test_control_priors_play_what_they_say(graph):
+    ev = Evaluator(graph)
+    s = _scale(graph)
+    assert ControlPlayer("markowitz", graph, s, ev).play() == ag.baselines.markowitz(graph)
+    assert ControlPlayer("uniform", graph, s, ev).play() == sorted(graph.intermediates)
+    a, b = ControlPlayer("random", graph, s, ev, seed=1), ControlPlayer("random", graph, s, ev, seed=2)
+    assert a.play() != b.play() and a.play() == ControlPlayer("random", graph, s, ev, seed=1).play()
+    sampled = {tuple(ControlPlayer("uniform", graph, s, ev).play(1.0, k)) for k in range(5)}
+    assert len(sampled) == 5 and all(sorted(o) == sorted(graph.intermediates) for o in sampled)
+    with pytest.raises(ValueError, match="unknown control 'learned'"):
+        ControlPlayer("learned", graph, s, ev)
+
+
+def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_records_its_stages(graph):
+    settings = InferenceSettings(samples=4, anneal=False)
+    r = find_order(graph, lambda g, s, ev: ControlPlayer("random", g, s, ev, 3), 0.5, 0, settings)
+    assert r.cost == ag.cost(graph, r.order) <= r.best_baseline
+    assert r.network_cost is not None and r.cost == min(r.network_cost, r.best_baseline)
+    assert {stage for _, _, stage in r.history} <= {"forward", "reverse", "markowitz", "network greedy",
+                                                     "network sampled"}
+    annealed = find_order(graph, lambda g, s, ev: ControlPlayer("uniform", g, s, ev), 0.3, 0)
+    assert annealed.cost <= annealed.best_baseline and annealed.seconds < 0.3 * 1.1 + 0.05
+    without = find_order(graph, lambda *a: None, 0.3, 0)  # no player at all: baselines and annealing
+    assert without.network_cost is None and without.cost <= without.best_baseline
