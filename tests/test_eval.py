@@ -240,7 +240,11 @@ def test_targets_are_judged_from_the_records():
                  _rec(t, "agent", 80 if i < 7 else 90, 10.0), _rec(t, "anneal", 95 if i < 9 else 85, 10.0),
                  _rec(t, "search", 100, 10.0)]
     recs += [_rec("big", "agent", 90, 60.0, "large_random", 400), _rec("big", "anneal", 100, 60.0, "large_random", 400)]
-    zs_pub, zs_random, zs_base, zs_time, quality, vs_anneal, large, learning = targets.evaluate(recs)
+    (zs_pub, zs_random, zs_base, zs_time, quality, vs_anneal, large, learning, *controls) = targets.evaluate(recs)
+    # the same budgets' controls: here anneal alone (agent 80/90 vs anneal 95/85 at 10 s)
+    assert [c["target"] for c in controls] == ["what learning adds: agent@10s / anneal@10s alone (geomean)",
+                                               "what learning adds: agent@60s / anneal@60s alone (geomean)"]
+    assert controls[0]["measured"] == pytest.approx((80 / 95) ** 0.7 * (90 / 95) ** 0.2 * (90 / 85) ** 0.1, abs=1e-4)
     assert zs_pub["status"] == "met" and zs_pub["measured"] == 0.85
     assert zs_random["status"] == "not measured"  # no random_heldout record
     assert zs_base["status"] == "met"
