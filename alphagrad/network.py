@@ -32,11 +32,6 @@ class NetworkConfig:
     layers: int = 3
 
 
-# ----------------------------------------------------------------------------------
-# The policy network of the sparse game (alphagrad.policy): an encoder over the graph's
-# edges, run once per graph, and a per-vertex decoder, run per move on what changed.
-
-
 def _segment_softmax(logits, segments, valid, num_segments):
     """Softmax of ``logits [M, H]`` within each segment (masked entries get 0)."""
     logits = jnp.where(valid[:, None], logits, -1e9)
