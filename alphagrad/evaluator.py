@@ -825,11 +825,13 @@ class Evaluator:
         self._pool *= 2
         self._state = None
 
-    def _retry(self, fn, *args):
-        """``fn(self.initial, *args)``, growing the pools until it does not overflow."""
+    def run(self, fn, *args):
+        """``fn(self.initial, *args)`` for a compiled kernel that returns :data:`OVERFLOW`
+        (alone, or as the last item of a tuple) when a pool fills up: the pools are grown
+        and the kernel runs again until it does not overflow."""
         while True:
             out = fn(self.initial, *args)
-            flag = out[1] if isinstance(out, tuple) else out
+            flag = out[-1] if isinstance(out, tuple) else out
             if flag != OVERFLOW:
                 return out
             self.grow()
@@ -838,7 +840,7 @@ class Evaluator:
         """Multiplications of a full order (not validated: see ``Graph.check_order``),
         exact: int64 arithmetic, recounted with Python integers past ``COST_CAP``."""
         order = np.asarray(order, np.int64)
-        total = int(self._retry(order_cost, order, self.compose, self.join, self.cost_table))
+        total = int(self.run(order_cost, order, self.compose, self.join, self.cost_table))
         if total >= rl.COST_CAP:
             E = self._exact_state()
             total = sum(self._exact_step(E, int(v)) for v in order)
@@ -880,7 +882,7 @@ class Evaluator:
         inter = np.asarray(self.graph.intermediates, np.int64)
         if len(inter) == 0:
             return []
-        order, total = self._retry(markowitz, inter, self.compose, self.join, self.cost_table)
+        order, total = self.run(markowitz, inter, self.compose, self.join, self.cost_table)
         if total >= rl.COST_CAP:  # a choice may have compared saturated costs: redo exactly
             return self._exact_markowitz()
         return [int(v) for v in order]
@@ -889,7 +891,7 @@ class Evaluator:
         """The cheapest order and its cost (saturated at ``COST_CAP``), by exhaustive
         dynamic programming over elimination states: time and memory grow as 2^n."""
         inter = np.asarray(self.graph.intermediates, np.int64)
-        order, total = self._retry(optimal, inter, self.compose, self.join, self.cost_table)
+        order, total = self.run(optimal, inter, self.compose, self.join, self.cost_table)
         return [int(v) for v in order], int(total)
 
     def anneal(self, order: np.ndarray, best_order: np.ndarray, moves: int, t0: float, t1: float,
@@ -897,7 +899,7 @@ class Evaluator:
         """:func:`anneal` moves on ``order`` (int64, updated in place; an order seen cheaper
         than ``best_order`` replaces it), growing the pools as needed. Returns ``(current
         cost, best cost, moves scored)``, costs saturated at ``COST_CAP``."""
-        best_in = min(self._retry(order_cost, best_order, self.compose, self.join, self.cost_table), _CAP)
+        best_in = min(self.run(order_cost, best_order, self.compose, self.join, self.cost_table), _CAP)
         while True:
             cur, best, scored = anneal(self.initial, self.compose, self.join, self.cost_table, order,
                                        best_order, best_in, int(moves), float(t0), float(max(t1, 1e-9)),

@@ -316,12 +316,9 @@ class Player:
         if len(self.inter) == 0:
             return []
         ev = self.ev
-        while True:
-            order, flag = rollout(ev.initial, self.inter, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale,
-                                  *self.weights, float(temperature), int(seed), self.static, float(self.beta))
-            if flag != OVERFLOW:
-                return [int(v) for v in order]
-            ev.grow()
+        order, _ = ev.run(rollout, self.inter, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale, *self.weights,
+                          float(temperature), int(seed), self.static, float(self.beta))
+        return [int(v) for v in order]
 
 
 #: The network-free priors of :class:`ControlPlayer`: what learning is measured against.

@@ -94,7 +94,7 @@ def _seed(graph_hash: str) -> int:
 def label_graph(graph, config: LabelConfig, best_baseline: int | None = None) -> dict:
     """The label row of one graph (see the module docstring)."""
     from alphagrad import baselines
-    from alphagrad.evaluator import OVERFLOW, Evaluator, move_deltas
+    from alphagrad.evaluator import Evaluator, move_deltas
     from alphagrad.policy import observe_along
 
     t0 = time.perf_counter()
@@ -106,16 +106,8 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None) ->
     moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
     order = np.asarray(baselines.anneal(graph, iterations=moves, seed=_seed(graph.fingerprint)), np.int64)
     pos = positions(n, config.positions)
-    while True:
-        deltas, flag = move_deltas(ev.initial, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table)
-        if flag != OVERFLOW:
-            break
-        ev.grow()
-    while True:
-        _, to_go, flag = observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
-        if flag != OVERFLOW:
-            break
-        ev.grow()
+    deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table)
+    _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
     good, gains = [], []
     for r, t in enumerate(pos):
         d = deltas[r, :max(0, min(config.horizon, n - t))]

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 
 from alphagrad import policy
-from alphagrad.evaluator import OVERFLOW, Evaluator
+from alphagrad.evaluator import Evaluator
 from train.config import ConfigError
 
 
@@ -38,18 +38,24 @@ class LabelledGraphs:
     bucket: np.ndarray
     skipped: dict
     cache: dict = dataclasses.field(default_factory=dict)
+    kept: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def graph(self, i: int):
-        """``(graph, evaluator, encoder inputs)`` of graph ``i``, built anew (the rule
-        tables behind an evaluator are large: training keeps only :meth:`prepared`)."""
+    def evaluated(self, i: int, keep: bool = False):
+        """``(graph, evaluator)`` of graph ``i``, built anew, or with ``keep`` built once
+        and kept: validation replays its few graphs every time, while training keeps only
+        :meth:`prepared` (the rule tables behind an evaluator are large)."""
         from data_gen.dataset import row_to_graph
 
+        if i in self.kept:
+            return self.kept[i]
         g = row_to_graph(self.rows[i])
-        ev = Evaluator(g, "exact")
-        return g, ev, policy.graph_inputs(g, ev, self.scale(i))
+        out = (g, Evaluator(g, "exact"))
+        if keep:
+            self.kept[i] = out
+        return out
 
     def scale(self, i: int) -> float:
         return float(max(self.rows[i]["best_baseline"], 1))
@@ -59,15 +65,11 @@ class LabelledGraphs:
         rule tables): the encoder inputs, and the decoder's features and the cost still to
         come at every labelled position."""
         if i not in self.cache:
-            _, ev, inputs = self.graph(i)
+            g, ev = self.evaluated(i)
             order = np.asarray(self.rows[i]["order"], np.int64)
             pos = np.asarray(self.rows[i]["positions"], np.int64)
-            while True:
-                raw, to_go, flag = policy.observe_along(ev.initial, order, pos, ev.compose, ev.join, ev.cost_table)
-                if flag != OVERFLOW:
-                    break
-                ev.grow()
-            self.cache[i] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(i)),
+            raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
+            self.cache[i] = {"inputs": policy.graph_inputs(g, ev, self.scale(i)), "dynamic": policy.dynamic_features(raw, self.scale(i)),
                              "to_go": to_go}
         return self.cache[i]
 

@@ -91,7 +91,7 @@ def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
     for i in range(len(data)):
         if data.rows[i]["best_baseline"] == 0:  # nothing to gain: no ratio
             continue
-        g, ev, _ = data.graph(i)
+        g, ev = data.evaluated(i, keep=True)
         player = policy.Player(net, params, g, data.scale(i), ev)
         ratios.append(ev.cost(player.play()) / data.scale(i))
         label_ratios.append(data.rows[i]["cost"] / data.scale(i))
