@@ -878,7 +878,8 @@ def _check_manifest(config: BuildConfig, out_dir) -> None:
         )
 
 
-def _write_json(path, obj):
+def write_json(path, obj):
+    """Writes ``obj`` as JSON to ``path`` atomically (a temporary file, then a rename)."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -904,7 +905,7 @@ def build(out_dir, config: BuildConfig, num_proc: int = 1, progress: bool = True
     for name in os.listdir(os.path.join(out_dir, "chunks")):  # left by an interrupted run
         if ".tmp-" in name:
             os.remove(os.path.join(out_dir, "chunks", name))
-    _write_json(os.path.join(out_dir, "chunks", "build.json"),
+    write_json(os.path.join(out_dir, "chunks", "build.json"),
                 {"identity": config.identity(), "config": config.to_dict()})
     done = [c for c in chunks if chunk_is_done(c, out_dir)]
     todo = [c for c in chunks if c not in done]
@@ -1012,7 +1013,7 @@ def _assemble(out_dir, config, chunks) -> dict:
         part = part.filter(pa.array(keep, pa.bool_())).drop_columns(["split"])
         splits[split] = hf.Dataset(part.cast(feats.arrow_schema), info=hf.DatasetInfo(features=feats))
     dd = hf.DatasetDict({s: splits[s] for s in SPLITS})
-    _save_dataset_dict(dd, out_dir)
+    save_dataset_dict(dd, out_dir)
     pq_dir = os.path.join(out_dir, "parquet")
     os.makedirs(pq_dir, exist_ok=True)
     for s in SPLITS:
@@ -1032,7 +1033,7 @@ def _assemble(out_dir, config, chunks) -> dict:
         "failures_by_family_stage": dict(sorted(fail_counts.items())),
         "statistics": stats,
     }
-    _write_json(os.path.join(out_dir, "failures.json"),
+    write_json(os.path.join(out_dir, "failures.json"),
                 {"count": len(failures), "by_family_stage": summary["failures_by_family_stage"],
                  "failures": failures})
     card = dataset_card(config, summary)
@@ -1043,7 +1044,7 @@ def _assemble(out_dir, config, chunks) -> dict:
     return summary
 
 
-def _save_dataset_dict(dd, out_dir):
+def save_dataset_dict(dd, out_dir):
     """``dd.save_to_disk(out_dir)`` via a temporary folder, then swapped in split by split,
     ``dataset_dict.json`` last."""
     tmp = os.path.join(out_dir, ".dataset.tmp")

@@ -30,7 +30,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 import sys
 import time
 
@@ -224,23 +223,17 @@ def _write(out: str, config: LabelConfig, chunks: list) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from data_gen.dataset import save_dataset_dict, write_json
+
     feats = features()
     splits = {}
     for split in LABEL_SPLITS:
         tables = [pq.read_table(c[3]).replace_schema_metadata(None) for c in chunks if c[0] == split]
         table = pa.concat_tables(tables) if tables else feats.arrow_schema.empty_table()
         splits[split] = hf.Dataset(table.cast(feats.arrow_schema), info=hf.DatasetInfo(features=feats))
-    tmp = os.path.join(out, ".dataset.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    hf.DatasetDict(splits).save_to_disk(tmp, num_shards={s: 1 for s in splits})
-    for s in LABEL_SPLITS:
-        shutil.rmtree(os.path.join(out, s), ignore_errors=True)
-        os.replace(os.path.join(tmp, s), os.path.join(out, s))
-    os.replace(os.path.join(tmp, "dataset_dict.json"), os.path.join(out, "dataset_dict.json"))
-    shutil.rmtree(tmp, ignore_errors=True)
+    save_dataset_dict(hf.DatasetDict(splits), out)
     rows = {s: len(splits[s]) for s in LABEL_SPLITS}
-    with open(os.path.join(out, "labels.json"), "w") as f:
-        json.dump({"config": config.identity(), "rows": rows}, f, indent=1, sort_keys=True)
+    write_json(os.path.join(out, "labels.json"), {"config": config.identity(), "rows": rows})
     return rows
 
 
