@@ -338,6 +338,20 @@ def order_cost(state0, order, compose, join, cost):
 
 
 @numba.njit(cache=True, nogil=True)
+def after(state0, prefix, compose, join, cost):
+    """The state after eliminating ``prefix`` from ``state0`` (left unchanged), and a flag:
+    :data:`OVERFLOW` if a pool filled up."""
+    work = copy_state(state0)
+    V = work[0].shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    for v in prefix:
+        if eliminate(work, v, compose, join, cost, mark, pos, np.zeros(0, np.int64)) < 0:
+            return work, OVERFLOW
+    return work, np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True)
 def markowitz(state0, inter, compose, join, cost):
     """Greedy minimal elimination cost, the smallest id on ties (``inter`` ascending).
 
@@ -895,17 +909,23 @@ class Evaluator:
         return [int(v) for v in order], int(total)
 
     def anneal(self, order: np.ndarray, best_order: np.ndarray, moves: int, t0: float, t1: float,
-               seed: int, window: int = 32) -> tuple[int, int, int]:
+               seed: int, window: int = 32, prefix=None) -> tuple[int, int, int]:
         """:func:`anneal` moves on ``order`` (int64, updated in place; an order seen cheaper
-        than ``best_order`` replaces it), growing the pools as needed. Returns ``(current
-        cost, best cost, moves scored)``, costs saturated at ``COST_CAP``."""
-        best_in = min(self.run(order_cost, best_order, self.compose, self.join, self.cost_table), _CAP)
+        than ``best_order`` replaces it), growing the pools as needed. With ``prefix`` (the
+        vertices eliminated first, kept fixed), ``order`` and ``best_order`` are orders of
+        the rest, and costs count the rest only. Returns ``(current cost, best cost, moves
+        scored)``, costs saturated at ``COST_CAP``."""
+        prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
         while True:
-            cur, best, scored = anneal(self.initial, self.compose, self.join, self.cost_table, order,
-                                       best_order, best_in, int(moves), float(t0), float(max(t1, 1e-9)),
-                                       int(seed), int(window))
-            if cur != OVERFLOW:
-                return int(cur), int(best), int(scored)
+            start, flag = after(self.initial, prefix, self.compose, self.join, self.cost_table)
+            if flag != OVERFLOW:
+                best_in = order_cost(start, best_order, self.compose, self.join, self.cost_table)
+            if flag != OVERFLOW and best_in != OVERFLOW:
+                cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
+                                           min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)),
+                                           int(seed), int(window))
+                if cur != OVERFLOW:
+                    return int(cur), int(best), int(scored)
             self.grow()
 
     def dense_matrix(self) -> np.ndarray:

@@ -66,6 +66,10 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--limit", type=int, default=None, help="label at most this many graphs per split")
     lab.add_argument("--validation-limit", type=int, default=256,
                      help="label at most this many validation graphs (default 256; the trainer validates on a prefix)")
+    lab.add_argument("--policy", default=None,
+                     help="a model directory (e.g. alphagrad/pretrained): label the states its greedy policy reaches "
+                          "(a DAgger round; train split only)")
+    lab.add_argument("--name", default="labels", help="directory under --data to write (default labels)")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -124,15 +128,16 @@ def main(argv=None) -> int:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
         try:
             rows = labels.build_labels(args.data, num_proc=args.num_proc, progress=not args.no_progress,
-                                       limit=args.limit, validation_limit=args.validation_limit)
-        except FileNotFoundError as e:
+                                       limit=args.limit, validation_limit=args.validation_limit,
+                                       policy=args.policy, name=args.name)
+        except (FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
-            print(f"\ninterrupted: finished chunks are kept in {args.data}/labels/chunks; run the same "
+            print(f"\ninterrupted: finished chunks are kept in {args.data}/{args.name}/chunks; run the same "
                   f"command again to continue", file=sys.stderr)
             return 130
-        print(f"labels: {rows} rows in {os.path.join(args.data, 'labels')}", file=sys.stderr)
+        print(f"labels: {rows} rows in {os.path.join(args.data, args.name)}", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,12 @@ per graph, joined to the graphs by ``graph_hash``. Work is saved in chunks in
 DIR/labels/chunks/, so an interrupted run continues where it stopped; ``labels.json``
 records the settings. Columns:
 
+``python -m data_gen label --data DIR --policy MODEL --name dagger-1`` labels the
+policy's own states instead (DAgger): the model plays each training graph greedily up to
+a split drawn from the graph's hash, the rest of the order is annealed with that prefix
+kept, and the positions from the split on are labelled the same way, in DIR/dagger-1/
+(train split only). The trainer reads several label sets (``data.labels``).
+
 ``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
 ``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
 ``moves`` (per position: the vertices whose move to that position keeps the cost
@@ -90,21 +96,43 @@ def _seed(graph_hash: str) -> int:
     return int(hashlib.sha256(graph_hash.encode()).hexdigest()[:8], 16)
 
 
-def label_graph(graph, config: LabelConfig, best_baseline: int | None = None) -> dict:
-    """The label row of one graph (see the module docstring)."""
+def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, player=None) -> dict:
+    """The label row of one graph (see the module docstring). With ``player`` (a
+    :class:`alphagrad.policy.Player` of ``graph``), the row labels the policy's own states
+    (DAgger): the policy plays greedily up to a split position drawn from the graph's hash
+    (denser towards the endgame), the rest of its order is annealed with the policy's
+    prefix kept, and positions from the split on are labelled on that completed order."""
     from alphagrad import baselines
     from alphagrad.evaluator import Evaluator, move_deltas
     from alphagrad.policy import observe_along
 
     t0 = time.perf_counter()
-    ev = Evaluator(graph, "exact")
+    ev = player.ev if player is not None else Evaluator(graph, "exact")
     inter = list(graph.intermediates)
     n = len(inter)
     if best_baseline is None:
         best_baseline = min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz()))
-    moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
-    order = np.asarray(baselines.anneal(graph, iterations=moves, seed=_seed(graph.fingerprint)), np.int64)
-    pos = positions(n, config.positions)
+    seed = _seed(graph.fingerprint)
+    split = 0
+    if player is None:
+        moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
+        order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed), np.int64)
+    else:
+        played = np.asarray(player.play(0.0), np.int64)
+        u = np.random.default_rng(seed).random()
+        split = min(int(n * (1 - (1 - u) ** 2)), max(n - 2, 0))
+        rest = n - split
+        moves = int(np.clip(config.moves_per_vertex * rest, config.min_moves, config.max_moves))
+        suffix = played[split:].copy()
+        best = suffix.copy()
+        if rest >= 2:
+            per_vertex = ev.cost(played) / n
+            ev.anneal(suffix, best, moves, max(1.0, baselines.T_START * per_vertex),
+                      max(0.05, baselines.T_END * per_vertex), seed, prefix=played[:split])
+        order = np.concatenate([played[:split], best])
+    pos = split + positions(n - split, config.positions)
+    if player is not None:  # the state the policy reached is labelled first
+        pos = np.unique(np.concatenate([[split], pos[:config.positions - 1]]))
     deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table)
     _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
     good, gains = [], []
@@ -123,8 +151,8 @@ def _chunk_path(out: str, split: str, number: int) -> str:
     return os.path.join(out, "chunks", f"{split}-{number:05d}.parquet")
 
 
-def _chunk_key(config: LabelConfig, hashes: list) -> str:
-    return hashlib.sha256(json.dumps([config.identity(), hashes]).encode()).hexdigest()[:16]
+def _chunk_key(identity: dict, hashes: list) -> str:
+    return hashlib.sha256(json.dumps([identity, hashes]).encode()).hexdigest()[:16]
 
 
 def _chunk_done(path: str, key: str) -> bool:
@@ -138,7 +166,34 @@ def _chunk_done(path: str, key: str) -> bool:
         return False
 
 
-def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key: str, config: LabelConfig) -> int:
+def policy_digest(policy: str) -> str:
+    """sha256 of a model directory's weights and config: labels of the policy's states are
+    redone when the policy changes."""
+    h = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        path = os.path.join(policy, name)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{policy!r} is not a model directory (no {name}); give the directory "
+                                    f"of a trained model, e.g. alphagrad/pretrained or RUN/best_model")
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+_AGENTS: dict = {}
+
+
+def _player(policy: str, graph, scale: float):
+    """The policy's player on ``graph`` (the model is loaded once per process)."""
+    from alphagrad.agent import from_pretrained
+
+    if policy not in _AGENTS:
+        _AGENTS[policy] = from_pretrained(policy)
+    return _AGENTS[policy].player(graph, scale)
+
+
+def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key: str, config: LabelConfig,
+               policy: str | None = None) -> int:
     """Labels rows ``start:stop`` of ``split`` and writes them atomically to ``path``."""
     import datasets as hf
     import pyarrow as pa
@@ -147,7 +202,11 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
     from data_gen.dataset import row_to_graph
 
     ds = hf.load_from_disk(data_dir)[split]
-    rows = [label_graph(row_to_graph(r), config, r["best_baseline"]) for r in ds.select(range(start, stop))]
+    rows = []
+    for r in ds.select(range(start, stop)):
+        g = row_to_graph(r)
+        player = None if policy is None else _player(policy, g, r["best_baseline"])
+        rows.append(label_graph(g, config, r["best_baseline"], player))
     table = pa.Table.from_pylist(rows, schema=features().arrow_schema).replace_schema_metadata(
         {_META_KEY: json.dumps({"key": key}).encode()})
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -157,26 +216,35 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
 
 
 def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: int = 1,
-                 progress: bool = True, limit: int | None = None, validation_limit: int | None = 256) -> dict:
+                 progress: bool = True, limit: int | None = None, validation_limit: int | None = 256,
+                 policy: str | None = None, name: str = "labels") -> dict:
     """Labels (or resumes labelling) the train and validation graphs of the dataset in
-    ``data_dir``; writes ``data_dir/labels``. ``limit``: at most this many graphs per
+    ``data_dir``; writes ``data_dir/name``. ``limit``: at most this many graphs per
     split (a prefix; for smoke runs); ``validation_limit``: at most this many validation
-    graphs (the trainer validates on a prefix of the split). Returns ``{split: rows}``."""
+    graphs (the trainer validates on a prefix of the split). ``policy``: a model
+    directory whose own states are labelled (DAgger rounds; train split only: validation
+    reads the annealed labels). Returns ``{split: rows}``."""
     import datasets as hf
     from tqdm.auto import tqdm
 
     if isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1:
         raise ValueError(f"num_proc = {num_proc!r} must be an integer >= 1")
+    if not name or os.sep in name or name.startswith("."):
+        raise ValueError(f"name = {name!r} must be a plain directory name, like 'labels' or 'dagger-1'")
     try:
         dd = hf.load_from_disk(data_dir)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
-    out = os.path.join(data_dir, "labels")
+    identity = config.identity()
+    if policy is not None:
+        identity["policy_sha256"] = policy_digest(policy)
+        validation_limit = 0
+    out = os.path.join(data_dir, name)
     os.makedirs(os.path.join(out, "chunks"), exist_ok=True)
-    for name in os.listdir(os.path.join(out, "chunks")):
-        if ".tmp-" in name:
-            os.remove(os.path.join(out, "chunks", name))
+    for fname in os.listdir(os.path.join(out, "chunks")):
+        if ".tmp-" in fname:
+            os.remove(os.path.join(out, "chunks", fname))
     jobs, done = [], []
     for split in LABEL_SPLITS:
         n = len(dd[split]) if limit is None else min(limit, len(dd[split]))
@@ -186,7 +254,7 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
         for number, start in enumerate(range(0, n, config.chunk_size)):
             stop = min(n, start + config.chunk_size)
             path = _chunk_path(out, split, number)
-            key = _chunk_key(config, hashes[start:stop])
+            key = _chunk_key(identity, hashes[start:stop])
             (done if _chunk_done(path, key) else jobs).append((split, start, stop, path, key))
     total = sum(j[2] - j[1] for j in jobs + done)
     bar = tqdm(total=total, initial=total - sum(j[2] - j[1] for j in jobs), unit="graph", desc="labelling",
@@ -194,31 +262,31 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     try:
         if num_proc == 1:
             for j in jobs:
-                bar.update(_run_chunk(data_dir, *j, config))
+                bar.update(_run_chunk(data_dir, *j, config, policy))
         else:
             ctx = multiprocessing.get_context("spawn")
             with concurrent.futures.ProcessPoolExecutor(num_proc, mp_context=ctx) as pool:
-                futures = [pool.submit(_run_chunk, data_dir, *j, config) for j in jobs]
+                futures = [pool.submit(_run_chunk, data_dir, *j, config, policy) for j in jobs]
                 for f in concurrent.futures.as_completed(futures):
                     bar.update(f.result())
     finally:
         bar.close()
-    return _assemble(out, config, sorted(jobs + done))
+    return _assemble(out, identity, sorted(jobs + done))
 
 
-def _assemble(out: str, config: LabelConfig, chunks: list) -> dict:
+def _assemble(out: str, identity: dict, chunks: list) -> dict:
     import datasets as hf
 
     bars = hf.is_progress_bar_enabled()
     hf.disable_progress_bars()
     try:
-        return _write(out, config, chunks)
+        return _write(out, identity, chunks)
     finally:
         if bars:
             hf.enable_progress_bars()
 
 
-def _write(out: str, config: LabelConfig, chunks: list) -> dict:
+def _write(out: str, identity: dict, chunks: list) -> dict:
     import datasets as hf
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -233,23 +301,23 @@ def _write(out: str, config: LabelConfig, chunks: list) -> dict:
         splits[split] = hf.Dataset(table.cast(feats.arrow_schema), info=hf.DatasetInfo(features=feats))
     save_dataset_dict(hf.DatasetDict(splits), out)
     rows = {s: len(splits[s]) for s in LABEL_SPLITS}
-    write_json(os.path.join(out, "labels.json"), {"config": config.identity(), "rows": rows})
+    write_json(os.path.join(out, "labels.json"), {"config": identity, "rows": rows})
     return rows
 
 
-def load_labels(data_dir: str):
-    """The label DatasetDict of ``data_dir``, or a clear error if it is missing or of
+def load_labels(data_dir: str, name: str = "labels"):
+    """The label DatasetDict ``data_dir/name``, or a clear error if it is missing or of
     another schema version (rebuild it with ``python -m data_gen label``)."""
     import datasets as hf
 
-    out = os.path.join(data_dir, "labels")
+    out = os.path.join(data_dir, name)
     manifest = os.path.join(out, "labels.json")
+    how = f"python -m data_gen label --data {data_dir}" + ("" if name == "labels" else f" --name {name} --policy MODEL")
     if not os.path.exists(manifest):
-        raise FileNotFoundError(f"no labels in {out!r}: make them with `python -m data_gen label --data {data_dir}`")
+        raise FileNotFoundError(f"no labels in {out!r}: make them with `{how}`")
     with open(manifest) as f:
         version = json.load(f)["config"].get("label_schema_version")
     if version != LABEL_SCHEMA_VERSION:
         raise ValueError(f"the labels in {out!r} have schema version {version}, this trainer reads version "
-                         f"{LABEL_SCHEMA_VERSION}: rebuild them with `python -m data_gen label --data {data_dir}` "
-                         f"(after deleting {out})")
+                         f"{LABEL_SCHEMA_VERSION}: rebuild them with `{how}` (after deleting {out})")
     return hf.load_from_disk(out)

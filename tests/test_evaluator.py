@@ -135,3 +135,19 @@ def test_undo_restores_every_prefix_state_on_random_programs(seed, ops):
     g = ag.trace(f, *args)
     if len(g.intermediates) >= 1:
         _undo_restores_every_prefix_state(g, seed)
+
+
+def test_anneal_after_a_fixed_prefix_anneals_the_rest_only():
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    ev = Evaluator(g, "exact")
+    start = np.asarray(ev.markowitz(), np.int64)
+    k = len(start) // 3
+    prefix, rest = start[:k], start[k:].copy()
+    best = rest.copy()
+    cur, cost, scored = ev.anneal(rest, best, 3000, 5.0, 0.05, 0, prefix=prefix)
+    assert scored == 3000 and sorted(best.tolist()) == sorted(start[k:].tolist())
+    # costs count the rest only, and the prefix stays first
+    assert ev.cost(np.concatenate([prefix, best])) == ev.cost(prefix) + cost
+    assert ev.cost(np.concatenate([prefix, rest])) == ev.cost(prefix) + cur
+    assert cost <= ev.cost(start) - ev.cost(prefix)

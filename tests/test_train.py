@@ -117,11 +117,15 @@ def test_cli_reports_config_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_smoke_and_main_configs_are_valid():
+def test_smoke_main_and_dagger_configs_are_valid():
     config = C.load(SMOKE)
     config.validate(check_paths=False)
     assert config.data.path == "data/smoke"
     C.load(os.path.join(ROOT, "train", "configs", "main.yaml")).validate(check_paths=False)
+    dagger = C.load(os.path.join(ROOT, "train", "configs", "dagger.yaml"))
+    dagger.validate(check_paths=False)
+    assert dagger.data.labels == ("labels", "dagger-1")
+    assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
 
 
 def _copy(data, tmp_path):
@@ -471,3 +475,61 @@ def test_resume_after_sigkill_of_a_training_process(data, full_run, tmp_path, re
     else:
         loop.train(config, str(workdir), resume=True, progress=False, tensorboard=False)
     _assert_same_run(str(workdir), full_run[0], config)
+
+
+# ---------------------------------------------------------------------------------
+# DAgger rounds: labels on the policy's own states, trained beside the annealed ones
+
+
+def test_a_dagger_round_labels_the_policys_own_states_and_trains_beside_the_first_labels(data, full_run, tmp_path):
+    import datasets as hf
+
+    import alphagrad
+    from data_gen.dataset import row_to_graph
+
+    workdir, _ = full_run
+    model = os.path.join(workdir, "best_model")
+    copy = _copy(data, tmp_path)
+    rows = L.build_labels(copy, LABELS, progress=False, policy=model, name="dagger-1")
+    dd = hf.load_from_disk(copy)
+    assert rows == {"train": len(dd["train"]), "validation": 0}
+    manifest = json.load(open(os.path.join(copy, "dagger-1", "labels.json")))
+    assert manifest["config"]["policy_sha256"] == L.policy_digest(model)
+    lab = L.load_labels(copy, "dagger-1")
+    agent = alphagrad.from_pretrained(model)
+    splits = set()
+    for i in range(len(dd["train"])):
+        r, label = dd["train"][i], lab["train"][i]
+        g = row_to_graph(r)
+        player = agent.player(g, r["best_baseline"])
+        played = player.play(0.0)
+        split = label["positions"][0]
+        splits.add(split > 0)
+        assert label["order"][:split] == played[:split]  # the policy's own prefix
+        assert sorted(label["order"]) == sorted(g.intermediates)
+        assert label["cost"] == alphagrad.cost(g, label["order"]) <= alphagrad.cost(g, played)  # annealed rest
+        assert all(split <= t < len(played) for t in label["positions"])
+    assert True in splits  # splits are drawn from the graphs' hashes, not all at the start
+    # the trainer reads both sets: one entry per (graph, label set), every state once per epoch
+    base = TD.load_split(copy, "train", (64,), 64)
+    both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-1"))
+    assert len(both) == len(base) + sum(1 for r in base.rows if r["graph_hash"] in set(lab["train"]["graph_hash"]))
+    everything = collections.Counter((i, int(w)) for i, r in enumerate(both.rows) for w in range(len(r["positions"])))
+    batches = TD.epoch_batches(both, 0, 0, 1024, 8)
+    assert collections.Counter((i, int(w)) for b in batches for i, which in b for w in which) == everything
+    # a run started from the model starts from its weights and trains on both sets
+    config = tiny_config(copy, **{"data.labels": ["labels", "dagger-1"], "init_from": model, "steps": 2})
+    start = loop.start_params(config, loop.init_params(config, jax.random.key(0)))
+    for a, b in zip(jax.tree_util.tree_leaves(start), jax.tree_util.tree_leaves(agent.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    out = loop.train(config, str(tmp_path / "run"), progress=False, tensorboard=False)
+    assert out["step"] == 2
+    with pytest.raises(C.ConfigError, match="init_from"):
+        other = tiny_config(copy, **{"init_from": model, "network": {"dim": 32, "heads": 2, "layers": 1}})
+        loop.start_params(other, loop.init_params(other, jax.random.key(0)))
+    with pytest.raises(C.ConfigError, match="not a model directory"):
+        tiny_config(copy, init_from=str(tmp_path)).validate()
+    with pytest.raises(C.ConfigError, match="twice"):
+        tiny_config(copy, **{"data.labels": ["labels", "labels"]}).validate()
+    with pytest.raises(C.ConfigError, match=r"no labels in .*--name dagger-2 --policy MODEL"):
+        TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-2"))

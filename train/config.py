@@ -32,9 +32,14 @@ class DataConfig:
       max_validation_graphs: validate on the first this many graphs of the split.
       max_vertices: graphs with more vertices are left out (and counted in the log);
         at most the largest bucket.
+      labels: label sets under ``path`` to train on, each made by ``python -m data_gen
+        label`` (``labels``: states of annealed orders; more, e.g. ``dagger-1``: states
+        a policy reached, from ``--policy MODEL --name dagger-1``). Every labelled state
+        of every set is used once per epoch; validation reads the first set.
     """
 
     path: str = "data/train"
+    labels: tuple = ("labels",)
     train_split: str = "train"
     validation_split: str = "validation"
     max_train_graphs: int = 0
@@ -61,6 +66,9 @@ class TrainConfig:
       max_vertices: the trained model's size limit at inference (recorded in its config).
       checkpoint_every, keep_checkpoints: orbax checkpoints (the last K and the best).
       eval_every: validation every this many steps (and at the end).
+      init_from: a model directory (``alphagrad/pretrained``, ``RUN/best_model``) whose
+        weights start the run instead of a random initialisation (same network sizes);
+        "" for a random start.
     """
 
     seed: int = 0
@@ -78,6 +86,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
     eval_every: int = 1000
+    init_from: str = ""
     network: NetworkConfig = NetworkConfig()
     data: DataConfig = DataConfig()
 
@@ -108,6 +117,11 @@ class TrainConfig:
             raise ConfigError(f"network dim={n.dim}, layers={n.layers} is larger than this model family's "
                               f"limits (dim <= {MAX_DIM}, layers <= {MAX_LAYERS}): a network that size "
                               f"would not be cheap per move; lower network.dim or network.layers")
+        if len(set(self.data.labels)) != len(self.data.labels):
+            raise ConfigError(f"data.labels {list(self.data.labels)} names a label set twice")
+        if check_paths and self.init_from and not os.path.isfile(os.path.join(self.init_from, "config.json")):
+            raise ConfigError(f"init_from {self.init_from!r} is not a model directory (no config.json); give "
+                              f"the directory of a trained model (alphagrad/pretrained, RUN/best_model) or \"\"")
         if check_paths and os.path.exists(self.data.path) and not os.path.isdir(self.data.path):
             raise ConfigError(
                 f"data.path {self.data.path!r} is a file, not a dataset; set data.path (or --set "
@@ -154,8 +168,10 @@ def _value(tp, value, key: str):
     if dataclasses.is_dataclass(tp):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
-        if not isinstance(value, (list, tuple)) or not all(type(v) is int for v in value):
-            raise ConfigError(f"{key} must be a list of integers, got {value!r}")
+        kind = str if key.endswith("labels") else int
+        if not isinstance(value, (list, tuple)) or not value or not all(type(v) is kind for v in value):
+            raise ConfigError(f"{key} must be a non-empty list of {'names' if kind is str else 'integers'}, "
+                              f"got {value!r}")
         return tuple(value)
     if tp is float:
         if type(value) not in (int, float):

@@ -94,10 +94,12 @@ class LabelledGraphs:
                 "progress": (pos / n).astype(np.float32)}
 
 
-def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0) -> LabelledGraphs:
+def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0,
+               labels=("labels",)) -> LabelledGraphs:
     """The graphs of ``split`` in the dataset at ``path`` joined with their labels (by
-    ``graph_hash``). Graphs over ``max_vertices``, without intermediates or without
-    labels are left out and counted in ``skipped``."""
+    ``graph_hash``) from each label set in ``labels``: one entry per (graph, label row).
+    Graphs over ``max_vertices``, without intermediates or without labels in any set
+    are left out and counted in ``skipped``; ``limit`` caps the graphs, not the entries."""
     from datasets import load_from_disk
 
     from data_gen.labels import load_labels
@@ -109,30 +111,34 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                           f"`python -m data_gen build --out {path} ...`") from None
     if split not in dd:
         raise ConfigError(f"dataset {path!r} has no split {split!r}; it has {sorted(dd)}")
-    try:
-        labels = load_labels(path)
-    except (FileNotFoundError, ValueError) as e:
-        raise ConfigError(str(e)) from None
-    if split not in labels:
-        raise ConfigError(f"the labels of {path!r} have no split {split!r}; run `python -m data_gen label "
-                          f"--data {path}`")
-    lab = {r["graph_hash"]: r for r in labels[split]}
+    sets = []
+    for name in labels:
+        try:
+            lab = load_labels(path, name)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(str(e)) from None
+        if split not in lab:
+            raise ConfigError(f"the labels {name!r} of {path!r} have no split {split!r}; run `python -m data_gen "
+                              f"label --data {path}`")
+        sets.append((name, {r["graph_hash"]: r for r in lab[split]}))
     ds = dd[split]
-    rows, skipped = [], {}
+    rows, skipped, graphs = [], {}, 0
     for row in ds:
+        found = [(name, lab[row["graph_hash"]]) for name, lab in sets if row["graph_hash"] in lab]
         reason = ("more than max_vertices" if row["num_vertices"] > max_vertices else
                   "no intermediates" if row["num_intermediates"] == 0 else
-                  "no labels" if row["graph_hash"] not in lab else None)
-        if reason is None:
-            label = lab[row["graph_hash"]]
-            if label["best_baseline"] != row["best_baseline"] or len(label["order"]) != row["num_intermediates"]:
-                raise ConfigError(f"the labels of graph {row['graph_hash']} in {path!r} do not match the graph "
-                                  f"(another build?); rebuild them with `python -m data_gen label --data {path}` "
-                                  f"after deleting {path}/labels")
-            rows.append({**row, **label})
-        else:
+                  "no labels" if not found else None)
+        if reason is not None:
             skipped[reason] = skipped.get(reason, 0) + 1
-        if limit and len(rows) >= limit:
+            continue
+        for name, label in found:
+            if label["best_baseline"] != row["best_baseline"] or len(label["order"]) != row["num_intermediates"]:
+                raise ConfigError(f"the labels {name!r} of graph {row['graph_hash']} in {path!r} do not match the "
+                                  f"graph (another build?); rebuild them with `python -m data_gen label --data "
+                                  f"{path}` after deleting {path}/{name}")
+            rows.append({**row, **label})
+        graphs += 1
+        if limit and graphs >= limit:
             break
     if not rows:
         raise ConfigError(f"no labelled graph of split {split!r} fits (max_vertices={max_vertices}; "

@@ -37,10 +37,16 @@ def export(workdir: str, out: str) -> list[str]:
         rows = list(csv.DictReader(f))
     last = rows[-1]
     best_row = min((r for r in rows if r.get("val_ratio")), key=lambda r: float(r["val_ratio"]))
-    labels = os.path.join(train_config["data"]["path"], "labels", "labels.json")
-    label_info = json.load(open(labels)) if os.path.exists(labels) else {}
+    path = train_config["data"]["path"]
+    sets = []
+    for name in train_config["data"].get("labels", ["labels"]):
+        manifest = os.path.join(path, name, "labels.json")
+        info = json.load(open(manifest)) if os.path.exists(manifest) else {}
+        policy = info.get("config", {}).get("policy_sha256")
+        sets.append(f"{name}: {info.get('rows', '?')}" + (f", states of policy {policy[:12]}" if policy else ""))
     training = {
-        "data": f"{train_config['data']['path']} (labels: {label_info.get('rows', '?')})",
+        "data": f"{path} (labels {'; '.join(sets)})",
+        "started from": train_config.get("init_from") or "random initialisation",
         "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",
         "wall time (h)": round(float(last["wall_s"]) / 3600, 2),
         "best step (validation)": best_row["step"],

@@ -17,6 +17,7 @@ one, on any machine with the same data (which ``data_gen`` rebuilds from its see
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import json
 import logging
@@ -51,6 +52,20 @@ def init_params(config: TrainConfig, key):
     from alphagrad.agent import init_params
 
     return init_params(network(config), key)
+
+
+def start_params(config: TrainConfig, template):
+    """The weights of the model in ``config.init_from``, checked against the run's network."""
+    from alphagrad.agent import from_pretrained
+
+    agent = from_pretrained(config.init_from)
+    if agent.config["network"] != dataclasses.asdict(config.network):
+        raise ConfigError(f"init_from {config.init_from!r} is a network {agent.config['network']}, this run "
+                          f"trains {dataclasses.asdict(config.network)}; set network to match or init_from to \"\"")
+    shapes = jax.tree_util.tree_map(jnp.shape, template)
+    if jax.tree_util.tree_map(jnp.shape, agent.params) != shapes:
+        raise ConfigError(f"init_from {config.init_from!r} has weights of other shapes than this network's")
+    return agent.params
 
 
 def optimizer(config: TrainConfig):
@@ -239,8 +254,9 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         raise ConfigError(f"{workdir} already holds a run; pass --resume to continue it or use a new --workdir")
     os.makedirs(workdir, exist_ok=True)
     d = config.data
-    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs)
-    val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs)
+    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels)
+    val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
+                          d.labels[:1])
     samples = sum(len(r["positions"]) for r in train_data.rows)
     log.info("train graphs: %d (%d labelled states; left out: %s); validation graphs: %d; device: %s",
              len(train_data), samples, train_data.skipped or "none", len(val_data), jax.devices()[0].platform)
@@ -256,6 +272,8 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
 
     net, tx = network(config), optimizer(config)
     params = init_params(config, jax.random.key(config.seed))
+    if config.init_from:
+        params = start_params(config, params)
     opt_state = tx.init(params)
     manager = _manager(workdir, config)
     start, meta = 0, {"best_val_ratio": None, "wall_s": 0.0, "samples": 0}
