@@ -211,7 +211,7 @@ def _check_cap(best):
 
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
-           iterations: int | None = None, start=None, progress: bool = False) -> list[int]:
+           iterations: int | None = None, start=None, progress: bool = False, keep: int = 0) -> list[int]:
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
     Moves swap two positions or move one vertex elsewhere, mostly within a window of
@@ -236,6 +236,9 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       start: an order to start from instead of the best baseline (anything
         :func:`resolve_order` accepts).
       progress: print the best cost as it improves (to stderr).
+      keep: the first ``keep`` vertices of the start order stay first, in their order,
+        and only the rest is annealed (a smaller search space: e.g. after a good
+        opening); no exact solve then.
 
     Returns:
       The cheapest order seen (re-scored from scratch); if interrupted (Ctrl-C), the
@@ -248,24 +251,31 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     """
     budget_s, seed, iterations, ev, order = _anneal_setup(graph, budget_s, seed, convention,
                                                           iterations, start, "baselines.anneal")
+    keep = check_int(keep, "keep", 0)
     n = len(order)
-    if n < 2:
-        return [int(v) for v in order]
-    if n <= EXACT_LIMIT:
+    if keep > n:
+        raise ValueError(f"keep = {keep} is more than the order's {n} vertices")
+    prefix, order = order[:keep], order[keep:].copy()
+    if n - keep < 2:
+        return [int(v) for v in prefix] + [int(v) for v in order]
+    if n <= EXACT_LIMIT and keep == 0:
         best_order, best = ev.optimal()
         _check_cap(best)
         return best_order
     best_order = order.copy()
-    per_vertex = ev.cost(order) / n  # a move changes a few eliminations: temperatures scale with one
+    per_vertex = ev.cost(np.concatenate([prefix, order])) / n  # a move changes a few eliminations
     t0 = max(1.0, T_START * per_vertex)
     t1 = max(0.05, T_END * per_vertex)
 
-    def chunk(moves, t_from, t_to, chunk_seed):
-        return ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed)[1]
+    fixed = ev.cost(prefix)
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(order), MIN_CHUNK_S)
+    def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders, so the rest's + the prefix's
+        return fixed + ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
+
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(np.concatenate([prefix, order])),
+                     MIN_CHUNK_S)
     _check_cap(best)
-    return [int(v) for v in best_order]
+    return [int(v) for v in prefix] + [int(v) for v in best_order]
 
 
 def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",

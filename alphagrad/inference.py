@@ -8,8 +8,12 @@ Within ``budget_s`` seconds of wall time (one-time compilation reported apart):
 2. the network plays its greedy order and then sampled orders
    (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts), for at
    most ``sample_fraction`` of the budget;
-3. the cheapest order so far is annealed (:func:`alphagrad.baselines.anneal`) for the
-   rest of the budget.
+3. the rest of the network's cheapest order after its opening (its first ``opening``
+   share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
+   search space, where the network's openings are good and annealing's are slow to find
+   on large graphs;
+4. the cheapest order so far is annealed whole (:func:`alphagrad.baselines.anneal`)
+   for the rest of the budget.
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
@@ -32,13 +36,31 @@ class InferenceSettings:
       samples: sampled orders at most (after the greedy one).
       temperature: the sampling temperature of the policy's logits.
       sample_fraction: the share of the budget sampling may use.
-      anneal: anneal the cheapest order for the rest of the budget.
+      opening: the share of the network's order kept while the rest is annealed (0: no
+        such stage).
+      opening_share: the share of the annealing time spent after the opening.
+      anneal: anneal for the rest of the budget.
     """
 
     samples: int = 32
     temperature: float = 1.0
     sample_fraction: float = 0.25
+    opening: float = 0.5
+    opening_share: float = 0.5
     anneal: bool = True
+
+    def __post_init__(self):
+        import math
+
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
+            raise ValueError(f"samples = {self.samples!r} must be an integer >= 0")
+        if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
+                or self.temperature <= 0:
+            raise ValueError(f"temperature = {self.temperature!r} must be a finite number > 0")
+        for name in ("sample_fraction", "opening", "opening_share"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise ValueError(f"{name} = {value!r} must be a number in [0, 1]")
 
 
 @dataclasses.dataclass
@@ -136,15 +158,25 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             offer(baselines.optimal(graph), "optimal")
         elif n > 1 and best[0] > 0:
             player = make_player(graph, max(min(costs.values()), 1), ev)
+            played = None
             if player is not None:
                 compile_s += player.compile_seconds
-                network_cost = offer(player.play(), "network greedy")
+                played = player.play()
+                network_cost = offer(played, "network greedy")
                 tick()
                 for k in range(settings.samples):
                     if elapsed() >= settings.sample_fraction * budget_s:
                         break
-                    c = offer(player.play(settings.temperature, seed * 1_000_003 + k), "network sampled")
-                    network_cost = min(network_cost, c)
+                    order = player.play(settings.temperature, seed * 1_000_003 + k)
+                    c = offer(order, "network sampled")
+                    if c < network_cost:
+                        network_cost, played = c, order
+                tick()
+            keep = int(settings.opening * n)
+            left = (budget_s - elapsed()) * settings.opening_share
+            if settings.anneal and played is not None and keep > 0 and left > 0 and best[0] > 0:
+                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=played, keep=keep),
+                      "anneal after the network's opening")
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:

@@ -126,11 +126,12 @@ def _join_values(so, vo, sp, vp, sj):
     return _embed_value(so, vo, sj) + _embed_value(sp, vp, sj)
 
 
-def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join):
+def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st.product_value, on_vertex=None):
     """The elimination loop of :func:`accumulate` on ``edges`` (``{(src, dst): (structure,
-    value)}``, consumed): every product through ``structure.product_value``, the one
-    function that emits (and counts) the einsums; ``join`` sums a product into an
-    existing edge. Returns the remaining edges and the multiplications issued."""
+    value)}``, consumed): every product through ``product`` (``structure.product_value``,
+    the one function that emits, and counts, the einsums); ``join`` sums a product into an
+    existing edge; ``on_vertex(j, products)`` is told each vertex before it goes. Returns
+    the remaining edges and the multiplications issued."""
     tables = rules.tables(graph)
     preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
     succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
@@ -139,12 +140,14 @@ def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join):
         succs[i].add(k)
     mults = 0
     for j in order:
+        if on_vertex is not None:
+            on_vertex(j, len(preds[j]) * len(succs[j]))
         for i in sorted(preds[j]):
             sb, vb = edges.pop((i, j))
             for k in sorted(succs[j]):
                 sa, va = edges[(j, k)]
                 p = tables.products[(tables.index(sa), tables.index(sb))]
-                value, m = st.product_value(p, va, vb)
+                value, m = product(p, va, vb)
                 mults += m
                 if (i, k) in edges:
                     so, vo = edges[(i, k)]
@@ -173,68 +176,60 @@ class _Chunk(NamedTuple):
 def _plan(graph: Graph, order: Sequence[int], max_products: int):
     """Splits ``order`` into chunks of at most ``max_products`` products (or one vertex).
 
-    Follows :func:`_eliminate` on structures alone (the same products and joins, in the
-    same order, from the same rule tables) to find what each chunk reads and leaves.
+    Runs :func:`_eliminate` itself on structures alone (no values, no products computed),
+    on an edge map that records what each chunk reads first and what it writes.
     Returns ``(chunks, remaining)``: the :class:`_Chunk` list and ``{edge: structure}``
     of the edges left at the end, which are carried or still initial."""
-    tables = rules.tables(graph)
-    struct = {(e.src, e.dst): e.structure for e in graph.edges}
     pending = {(e.src, e.dst): e for e in graph.edges}  # local Jacobians not yet evaluated
-    preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
-    succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
-    for i, k in struct:
-        preds[k].add(i)
-        succs[i].add(k)
-    chunks = []
-    part, carried, initial, fresh, written, products = [], {}, [], set(), set(), 0
+    chunks: list = []
+    part: dict = {}
+
+    def start():
+        part.update(order=[], carried={}, initial=[], fresh=set(), written=set(), products=0)
 
     def read(key):  # the first read of ``key`` in this chunk, at its structure then
-        if key in written or key in carried or key in fresh:
+        if key in part["written"] or key in part["carried"] or key in part["fresh"]:
             return
         if key in pending:
-            initial.append(pending.pop(key))
-            fresh.add(key)
+            part["initial"].append(pending.pop(key))
+            part["fresh"].add(key)
         else:
-            carried[key] = struct[key]
+            part["carried"][key] = dict.__getitem__(edges, key)[0]
 
     def close():
         slots = set()
-        for e in initial:
+        for e in part["initial"]:
             slots |= _edge_slots(graph, e)
-        results = tuple(sorted(k for k in written if k in struct))
-        chunks.append(_Chunk(tuple(part), dict(carried), tuple(initial), tuple(sorted(slots)), results))
+        results = tuple(sorted(k for k in part["written"] if k in edges))
+        chunks.append(_Chunk(tuple(part["order"]), dict(part["carried"]), tuple(part["initial"]),
+                             tuple(sorted(slots)), results))
 
-    for j in order:
-        n = len(preds[j]) * len(succs[j])
-        if part and products + n > max_products:
+    class Recorded(dict):
+        def __getitem__(self, key):
+            read(key)
+            return dict.__getitem__(self, key)
+
+        def pop(self, key):
+            read(key)
+            return dict.pop(self, key)
+
+        def __setitem__(self, key, value):
+            part["written"].add(key)
+            dict.__setitem__(self, key, value)
+
+    def on_vertex(j, products):
+        if part["order"] and part["products"] + products > max_products:
             close()
-            part, carried, initial, fresh, written, products = [], {}, [], set(), set(), 0
-        part.append(j)
-        products += n
-        for i in sorted(preds[j]):
-            read((i, j))
-            sb = struct.pop((i, j))
-            for k in sorted(succs[j]):
-                read((j, k))
-                p = tables.products[(tables.index(struct[(j, k)]), tables.index(sb))]
-                if (i, k) in struct:
-                    read((i, k))
-                    so = struct[(i, k)]
-                    struct[(i, k)] = tables.structures[tables.join[tables.index(so), tables.index(p.result)]]
-                else:
-                    struct[(i, k)] = p.result
-                    preds[k].add(i)
-                    succs[i].add(k)
-                written.add((i, k))
-            succs[i].discard(j)
-        for k in succs[j]:
-            read((j, k))
-            struct.pop((j, k))
-            preds[k].discard(j)
-        preds[j], succs[j] = set(), set()
-    if part:
+            start()
+        part["order"].append(j)
+        part["products"] += products
+
+    start()
+    edges = Recorded({(e.src, e.dst): (e.structure, None) for e in graph.edges})
+    _eliminate(graph, order, edges, lambda *a: None, lambda p, va, vb: (None, 0), on_vertex)
+    if part["order"]:
         close()
-    return chunks, struct
+    return chunks, {key: s for key, (s, _) in dict.items(edges)}
 
 
 def _forward(graph: Graph, needed: tuple, leaves):

@@ -88,6 +88,25 @@ def test_anneal_never_worse_than_its_start_and_deterministic_with_iterations():
     assert ag.cost(g, baselines.anneal(g, budget_s=0.5, seed=0)) <= ag.cost(g, start)
 
 
+def test_anneal_with_keep_anneals_only_what_follows_the_kept_opening():
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    start = baselines.reverse(g)
+    k = len(start) // 2
+    out = baselines.anneal(g, iterations=20000, seed=3, start=start, keep=k)
+    assert out[:k] == start[:k] and sorted(out) == sorted(g.intermediates)
+    assert ag.cost(g, out) < ag.cost(g, start)
+    assert out == baselines.anneal(g, iterations=20000, seed=3, start=start, keep=k)
+    assert out != baselines.anneal(g, iterations=20000, seed=3, start=start)  # the opening moves otherwise
+    timed = baselines.anneal(g, budget_s=0.2, seed=0, start=start, keep=k)
+    assert timed[:k] == start[:k] and ag.cost(g, timed) <= ag.cost(g, start)
+    assert baselines.anneal(g, iterations=10, start=start, keep=len(start)) == start  # nothing left to anneal
+    with pytest.raises(ValueError, match="keep = 999 is more than"):
+        baselines.anneal(g, iterations=10, start=start, keep=999)
+    with pytest.raises((TypeError, ValueError), match="keep"):
+        baselines.anneal(g, iterations=10, start=start, keep=-1)
+
+
 @jax.jit
 def _engine_greedy(state):
     """Markowitz on the JAX engine: at each step the eliminable vertex of least current cost

@@ -44,3 +44,35 @@ def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_recor
     assert annealed.cost <= annealed.best_baseline and annealed.seconds < 0.3 * 1.1 + 0.05
     without = find_order(graph, lambda *a: None, 0.3, 0)  # no player at all: baselines and annealing
     assert without.network_cost is None and without.cost <= without.best_baseline
+
+
+def test_the_opening_stage_anneals_after_the_players_opening_and_can_be_turned_off(graph, monkeypatch):
+    from alphagrad import baselines
+
+    calls = []
+    real = baselines.anneal
+
+    def spy(g, **kw):
+        calls.append(kw)
+        return real(g, **kw)
+
+    monkeypatch.setattr(baselines, "anneal", spy)
+    player = ControlPlayer("markowitz", graph, _scale(graph), Evaluator(graph))
+    r = find_order(graph, lambda *a: player, 0.4, 0, InferenceSettings(samples=0, opening=0.5))
+    n = len(graph.intermediates)
+    assert [c.get("keep", 0) for c in calls] == [n // 2, 0]  # the opening stage, then the whole order
+    assert calls[0]["start"] == player.play() and calls[0]["budget_s"] < 0.25
+    assert r.cost == ag.cost(graph, r.order) <= r.best_baseline and r.seconds < 0.4 * 1.1 + 0.05
+    assert {stage for _, _, stage in r.history} <= {"forward", "reverse", "markowitz", "network greedy",
+                                                     "anneal after the network's opening", "anneal"}
+    calls.clear()
+    find_order(graph, lambda *a: player, 0.2, 0, InferenceSettings(samples=0, opening=0.0))
+    assert [c.get("keep", 0) for c in calls] == [0]
+
+
+@pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
+                                          ("temperature", float("nan")), ("sample_fraction", 1.5),
+                                          ("opening", -0.1), ("opening_share", True)])
+def test_settings_out_of_range_are_clear_errors(field, value):
+    with pytest.raises(ValueError, match=f"{field} = "):
+        InferenceSettings(**{field: value})

@@ -515,6 +515,9 @@ def test_a_dagger_round_labels_the_policys_own_states_and_trains_beside_the_firs
     both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-1"))
     assert len(both) == len(base) + sum(1 for r in base.rows if r["graph_hash"] in set(lab["train"]["graph_hash"]))
     everything = collections.Counter((i, int(w)) for i, r in enumerate(both.rows) for w in range(len(r["positions"])))
+    pair = next(both.siblings(i) for i in range(len(both)) if len(both.siblings(i)) == 2)
+    a, b = (both.prepared(j) for j in pair)  # one graph's entries share its encoder inputs
+    assert a["inputs"] is b["inputs"] and both.rows[pair[0]]["order"] != both.rows[pair[1]]["order"]
     batches = TD.epoch_batches(both, 0, 0, 1024, 8)
     assert collections.Counter((i, int(w)) for b in batches for i, which in b for w in which) == everything
     # a run started from the model starts from its weights and trains on both sets

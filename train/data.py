@@ -39,6 +39,7 @@ class LabelledGraphs:
     skipped: dict
     cache: dict = dataclasses.field(default_factory=dict)
     kept: dict = dataclasses.field(default_factory=dict)
+    by_graph: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -61,17 +62,27 @@ class LabelledGraphs:
         return float(max(self.rows[i]["best_baseline"], 1))
 
     def prepared(self, i: int) -> dict:
-        """What batches need of graph ``i``, computed once and kept (compact: no graph or
-        rule tables): the encoder inputs, and the decoder's features and the cost still to
-        come at every labelled position."""
+        """What batches need of entry ``i``, computed once and kept (compact: no graph or
+        rule tables): the encoder inputs (shared by the entries of one graph, which are
+        prepared together), and the decoder's features and the cost still to come at
+        every labelled position."""
         if i not in self.cache:
             g, ev = self.evaluated(i)
-            order = np.asarray(self.rows[i]["order"], np.int64)
-            pos = np.asarray(self.rows[i]["positions"], np.int64)
-            raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
-            self.cache[i] = {"inputs": policy.graph_inputs(g, ev, self.scale(i)), "dynamic": policy.dynamic_features(raw, self.scale(i)),
-                             "to_go": to_go}
+            inputs = policy.graph_inputs(g, ev, self.scale(i))
+            for j in self.siblings(i):
+                order = np.asarray(self.rows[j]["order"], np.int64)
+                pos = np.asarray(self.rows[j]["positions"], np.int64)
+                raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
+                self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
+                                 "to_go": to_go}
         return self.cache[i]
+
+    def siblings(self, i: int) -> list:
+        """The entries of graph ``i``'s graph (one per label set that labels it)."""
+        if not self.by_graph:
+            for j, r in enumerate(self.rows):
+                self.by_graph.setdefault(r["graph_hash"], []).append(j)
+        return self.by_graph[self.rows[i]["graph_hash"]]
 
     def states(self, i: int, which) -> dict:
         """The decoder's inputs and targets at labelled positions ``which`` (indices into
