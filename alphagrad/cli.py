@@ -1,6 +1,6 @@
 """The ``alphagrad`` command line.
 
-    alphagrad demo [--example RoeFlux_3d] [--budget 10]       # the README example, offline
+    alphagrad demo [--example RoeFlux_3d] [--budget 5] [--chain 3]   # the README example, offline
     alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--json]
 
 Exit status: 0 done; 1 the Jacobian check of ``demo`` failed (a wrong Jacobian: please
@@ -286,10 +286,39 @@ def jacobian_error(jac, ref) -> tuple[float, bool]:
     return worst, ok
 
 
+def _agent_beside_annealing(graph, args) -> tuple[list, object]:
+    """The baselines, annealing and the bundled model's order at the same budget (unless
+    ``--anneal`` says otherwise), printed side by side; returns the table's rows and the
+    model's ``OrderResult`` (None with ``--budget 0``)."""
+    anneal_s = args.budget if args.anneal is None else args.anneal
+    rows = _baseline_table(graph, anneal_s, args.convention)
+    result = None
+    if args.budget > 0:
+        agent = _agent(args.model)
+        result = agent.order(graph, budget_s=args.budget, seed=args.seed, progress=False)
+        rows.append((f"model {args.budget:g}s", result.cost, result.seconds, result.order))
+    _print_table(rows)
+    if result is not None:
+        net = "" if result.network_cost is None else f"; the network's own best order: {result.network_cost:,}"
+        print(f"model: found by {result.method}{net}; +{result.compile_seconds:.1f} s compiling")
+    return rows, result
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
+    return value
+
+
 def demo(args) -> int:
-    """Traces a benchmark function, compares classic orders and the bundled model's, and
-    checks the Jacobian computed in the cheapest order against jax.jacrev (exit 1 if they
-    differ beyond JACOBIAN_TOLERANCE)."""
+    """Traces a benchmark function, compares classic orders, annealing and the bundled
+    model's at the same budget (and on the function chained ``--chain`` times, a graph
+    of hundreds of intermediates), and checks the Jacobian computed in the model's order
+    against jax.jacrev (exit 1 if they differ beyond JACOBIAN_TOLERANCE)."""
     import jax
 
     import alphagrad
@@ -301,22 +330,24 @@ def demo(args) -> int:
     print(f"{ex.name}: {ex.description}\n")
     graph = alphagrad.trace(ex.fn, *ex.args)
     print(graph.summary(max_rows=0), "\n")
-    rows = _baseline_table(graph, args.anneal, args.convention)
-    _print_table(rows)
-    if args.budget > 0:
+    rows, result = _agent_beside_annealing(graph, args)
+    if result is not None:
         print()
-        agent = _agent(args.model)
-        result = agent.order(graph, budget_s=args.budget, seed=args.seed)
         print(result)
         checked, label = result, f"the model's order ({result.method})"
     else:
         name, _, _, checked = min(rows, key=lambda row: row[1])
         label = f"the cheapest order above ({name})"
+    if args.chain > 1:
+        big = alphagrad.trace(alphagrad.examples.chain(ex.fn, args.chain), *ex.args)
+        print(f"\n{ex.name} chained {args.chain} times (each copy's inputs moved by the last one's outputs): "
+              f"{len(big.intermediates)} intermediates\n")
+        _agent_beside_annealing(big, args)
     argnums = tuple(range(len(ex.args)))
     jac = alphagrad.jacobian(ex.fn, order=checked, argnums=argnums)(*ex.args)
     ref = jax.jacrev(ex.fn, argnums=argnums)(*ex.args)
     err, ok = jacobian_error(jac, ref)
-    print(f"\nJacobian in {label} vs jax.jacrev: max abs difference {err:.2e}")
+    print(f"\nJacobian of {ex.name} in {label} vs jax.jacrev: max abs difference {err:.2e}")
     if not ok:
         print(f"error: the Jacobian computed in {label} differs from jax.jacrev beyond the tolerance "
               f"(max abs difference {err:.2e}); this is a bug in alphagrad, please report it with this output",
@@ -331,8 +362,13 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="trace a benchmark function and compare elimination orders")
     p.add_argument("--example", default="RoeFlux_3d", help="a name from alphagrad.examples")
-    p.add_argument("--anneal", type=_seconds(True), default=5.0, help="seconds of simulated annealing (0: skip)")
-    p.add_argument("--budget", type=_seconds(True), default=10.0, help="seconds for the pretrained model (0: skip)")
+    p.add_argument("--budget", type=_seconds(True), default=5.0,
+                   help="seconds for the pretrained model and for annealing beside it (0: skip the model)")
+    p.add_argument("--anneal", type=_seconds(True), default=None,
+                   help="seconds of simulated annealing, if not --budget's (0: skip)")
+    p.add_argument("--chain", type=_count, default=3,
+                   help="also compare on the example chained this many times (default 3: ~460 intermediates "
+                        "for RoeFlux_3d; 0 or 1: skip)")
     p.add_argument("--model", default=None, help="model directory or hub repo id (default: bundled)")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--convention", default="exact", choices=["exact", "published"])

@@ -35,7 +35,7 @@ OLD_REV = "d5aeac7"  # the last commit with the dense network
 _OLD_SCRIPT = r"""
 import json, sys, time, statistics
 import alphagrad as ag
-from data_gen.dataset import chain
+from alphagrad.examples import chain
 copies, repeats = json.loads(sys.argv[1]), int(sys.argv[2])
 agent = ag.from_pretrained()
 ex = ag.examples.get("RoeFlux_3d")
@@ -57,7 +57,7 @@ print(json.dumps(out))
 
 def _graph(copies: int):
     import alphagrad as ag
-    from data_gen.dataset import chain
+    from alphagrad.examples import chain
 
     ex = ag.examples.get("RoeFlux_3d")
     return ag.trace(chain(ex.fn, copies) if copies > 1 else ex.fn, *ex.args)

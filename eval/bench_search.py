@@ -43,7 +43,7 @@ PUBLISHED = ["RoeFlux_1d", "RoeFlux_3d", "RobotArm_6DOF", "HumanHeartDipole", "P
 
 
 def _chained(example: str, copies: int):
-    from data_gen.dataset import chain
+    from alphagrad.examples import chain
 
     ex = ag.examples.get(example)
     return ag.trace(chain(ex.fn, copies), *ex.args)

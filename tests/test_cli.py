@@ -163,13 +163,13 @@ def test_demo_unknown_example_lists_the_names(capsys):
     assert err.count("\n") == 1
 
 
-DEMO = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0"]
+DEMO = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0", "--chain", "0"]
 
 
 def test_demo_checks_the_jacobian_and_passes(capsys):
     code, out, err = run_cli(DEMO, capsys)
     assert code == 0, err
-    assert "Jacobian in the cheapest order above" in out and "vs jax.jacrev" in out
+    assert "Jacobian of LennardJones_5 in the cheapest order above" in out and "vs jax.jacrev" in out
 
 
 def test_demo_fails_when_the_jacobian_is_wrong(monkeypatch, capsys):
@@ -188,7 +188,7 @@ class MarkowitzAgent:
     """Stands in for a loaded model (the agent itself is tested in test_agent.py): its order
     is Markowitz's, reversed, so that it differs from the table's cheapest."""
 
-    def order(self, graph, budget_s, seed):
+    def order(self, graph, budget_s, seed, progress=True):
         from alphagrad.agent import OrderResult
 
         order = list(reversed(ag.baselines.markowitz(graph)))
@@ -202,15 +202,30 @@ def test_demo_with_the_model_checks_the_models_order(monkeypatch, capsys):
     seen = []
     real = ag.jacobian
     monkeypatch.setattr(ag, "jacobian", lambda f, order, **kw: seen.append(order) or real(f, order, **kw))
-    argv = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0.2"]
+    argv = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0.2", "--chain", "0"]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
-    assert "Jacobian in the model's order (test)" in out
+    assert "Jacobian of LennardJones_5 in the model's order (test)" in out
     assert seen[0].method == "test"  # the model's order is the one checked
     monkeypatch.setattr(ag, "jacobian", lambda f, order="rev", argnums=0, **kw:
                         lambda *a: jax.tree_util.tree_map(lambda x: -x, jax.jacrev(f, argnums=argnums)(*a)))
     code, _, err = run_cli(argv, capsys)
     assert code == 1 and "the model's order (test)" in err
+
+
+def test_demo_puts_the_model_beside_annealing_at_the_same_budget_also_on_the_chained_example(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_agent", lambda model: MarkowitzAgent())
+    code, out, err = run_cli(["demo", "--example", "LennardJones_5", "--budget", "0.2", "--chain", "2"], capsys)
+    assert code == 0, err
+    one = len(ag.trace(ag.examples.get("LennardJones_5").fn, *ag.examples.get("LennardJones_5").args).intermediates)
+    assert out.count("anneal 0.2s") == 2 and out.count("model 0.2s") == 2  # the same budget, on both graphs
+    assert "LennardJones_5 chained 2 times" in out
+    chained = int(out.split("LennardJones_5 chained 2 times")[1].split(":")[1].split()[0])
+    assert chained > 2 * one
+    for bad in ("-1", "x"):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["demo", "--chain", bad])
+        assert info.value.code == 2 and "argument --chain" in capsys.readouterr().err
 
 
 def test_jacobian_error():

@@ -17,6 +17,7 @@ import yaml
 import alphagrad
 from alphagrad import baselines
 from alphagrad.evaluator import Evaluator
+from alphagrad.examples import chain
 from data_gen import __main__ as cli
 from data_gen import dataset as D
 from data_gen import random_programs as rp
@@ -318,6 +319,6 @@ def test_too_many_structures_is_a_reported_failure(tmp_path):
 def test_chain_feeds_outputs_back():
     ex = alphagrad.examples.get("RobotArm_6DOF")
     one = len(alphagrad.trace(ex.fn, *ex.args).intermediates)
-    three = alphagrad.trace(D.chain(ex.fn, 3), *ex.args)
+    three = alphagrad.trace(chain(ex.fn, 3), *ex.args)
     assert len(three.intermediates) > 3 * one
-    assert np.all(np.isfinite(np.asarray(D.chain(ex.fn, 3)(*ex.args))))
+    assert np.all(np.isfinite(np.asarray(chain(ex.fn, 3)(*ex.args))))

@@ -261,7 +261,7 @@ _PEAK_SCRIPT = """
 import resource, sys, time
 import jax, numpy as np
 import alphagrad as ag
-from data_gen.dataset import chain
+from alphagrad.examples import chain
 ex = ag.examples.get("RoeFlux_3d")
 f = chain(ex.fn, 36)
 g = ag.trace(f, *ex.args)
