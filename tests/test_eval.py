@@ -353,3 +353,28 @@ def test_jacobian_check_fails_on_a_wrong_jacobian(monkeypatch):
     monkeypatch.setattr(alphagrad, "jacobian", off_by_a_bit)
     assert R.jacobian_check(ex.name, g.fingerprint, order, "reverse")["status"] == "FAIL"
     assert R.jacobian_check(ex.name, "0" * 16, order, "reverse")["status"] == "FAIL"  # another graph
+
+
+def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
+    """Each model's greedy order on every held-out graph, the same for the same model,
+    summarised per group; the README block between its markers is replaced."""
+    from eval import bench_greedy as BG
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BG.START}\nold\n{BG.END}\nrest\n")
+    out = str(tmp_path / "greedy")
+    assert BG.main(["--models", f"{model},{model}", "--data", data, "--out", out, "--readme", str(readme)]) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    rows = [r for rows in report["groups"].values() for r in rows]
+    ds = datasets.load_from_disk(data)["heldout"]
+    assert len(rows) == sum(1 for r in ds if r["num_intermediates"] > 0 and any(
+        r["family"] in fams for fams in BG.GROUPS.values()))
+    agent = alphagrad.from_pretrained(model)
+    for name, n, ratios in rows:
+        row = next(r for r in ds if r["name"] == name)
+        graph = D.row_to_graph(row)
+        scale = max(row["best_baseline"], 1)
+        want = alphagrad.cost(graph, agent.player(graph, scale).play(0.0)) / scale
+        assert ratios == [pytest.approx(want)] * 2 and n == row["num_intermediates"]
+    text = readme.read_text()
+    assert "old" not in text and "greedy order / best baseline" in text and text.endswith(f"{BG.END}\nrest\n")

@@ -230,6 +230,23 @@ def test_a_batch_holds_the_labels_of_its_states(data):
         assert not batch["legal"][g, len(which):].any()
 
 
+def test_stakes_weigh_the_states_of_graphs_where_markowitz_loses_most(data):
+    config = tiny_config(data)
+    d = TD.load_split(data, "train", (64,), 64)
+    visits = TD.epoch_batches(d, 0, 0, config.tokens_per_batch, config.states_per_graph)[0]
+    shape = TD.batch_shape(d, visits, config)
+    plain, weighted = TD.make_batch(d, visits, *shape), TD.make_batch(d, visits, *shape, stakes_weight=2.0)
+    for g, (i, which) in enumerate(visits):
+        r = d.rows[i]
+        ratio = min(max(r["cost_markowitz"], r["cost"], 1) / max(r["cost"], 1), TD.STAKES_CAP)
+        assert plain["weight"][g, :len(which)].tolist() == [1.0] * len(which)
+        np.testing.assert_allclose(weighted["weight"][g, :len(which)], ratio ** 2, rtol=1e-6)
+        assert not weighted["weight"][g, len(which):].any()
+    assert max(d.stakes(i) for i in range(len(d))) > 0  # some graph where Markowitz loses
+    with pytest.raises(C.ConfigError, match="stakes_weight must be >= 0"):
+        tiny_config(data, stakes_weight=-1.0).validate()
+
+
 # ---------------------------------------------------------------------------------
 # learning, outputs
 

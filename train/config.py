@@ -63,6 +63,10 @@ class TrainConfig:
       learning_rate, warmup_steps, weight_decay, grad_clip: AdamW with linear warmup and
         cosine decay to 10% over ``steps``.
       value_weight: weight of the value loss next to the policy loss.
+      stakes_weight: a graph's training states weigh ``(m / c) ** stakes_weight``, with
+        ``m / c`` what Markowitz's order costs over the label's (capped at 4): graphs
+        where playing by the current elimination cost loses most, where a wrong move is
+        dear, weigh more (0: every state alike). Validation is unweighted.
       max_vertices: the trained model's size limit at inference (recorded in its config).
       checkpoint_every, keep_checkpoints: orbax checkpoints (the last K and the best).
       eval_every: validation every this many steps (and at the end).
@@ -82,6 +86,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     value_weight: float = 0.25
+    stakes_weight: float = 0.0
     max_vertices: int = 16384
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
@@ -99,6 +104,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
+        if self.stakes_weight < 0:
+            raise ConfigError(f"stakes_weight must be >= 0, got {self.stakes_weight}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         b = list(self.buckets)

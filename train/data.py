@@ -17,6 +17,10 @@ from alphagrad.evaluator import Evaluator
 from train.config import ConfigError
 
 
+#: The largest Markowitz-to-label cost ratio :meth:`LabelledGraphs.stakes` counts.
+STAKES_CAP = 4.0
+
+
 def bucket_of(num_vertices: int, buckets) -> int | None:
     for b in buckets:
         if num_vertices <= b:
@@ -76,6 +80,13 @@ class LabelledGraphs:
                 self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
                                  "to_go": to_go}
         return self.cache[i]
+
+    def stakes(self, i: int) -> float:
+        """How much playing like Markowitz loses on entry ``i``'s graph against its label:
+        ``log(markowitz cost / label cost)``, from 0 to ``log(STAKES_CAP)``."""
+        r = self.rows[i]
+        ratio = max(r["cost_markowitz"], r["cost"], 1) / max(r["cost"], 1)
+        return float(np.log(min(ratio, STAKES_CAP)))
 
     def siblings(self, i: int) -> list:
         """The entries of graph ``i``'s graph (one per label set that labels it)."""
@@ -176,9 +187,11 @@ def epoch_batches(data: LabelledGraphs, seed: int, epoch: int, tokens_per_batch:
     return [batches[j] for j in rng.permutation(len(batches))]
 
 
-def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: int) -> dict:
+def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: int,
+               stakes_weight: float = 0.0) -> dict:
     """The padded arrays of one batch: ``G`` graph slots of ``V`` vertices and ``E``
-    edges, ``K`` states each; empty slots and states have weight 0."""
+    edges, ``K`` states each; empty slots and states have weight 0, the others
+    ``exp(stakes_weight * stakes)`` (:meth:`LabelledGraphs.stakes`: 1 by default)."""
     out = {
         "static": np.zeros((G, V, policy.NUM_STATIC), np.float32), "src": np.zeros((G, E), np.int32),
         "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, policy.NUM_EDGE), np.float32),
@@ -196,7 +209,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
             out[key][g, :k, :n] = s[key]
         for key in ("value", "progress"):
             out[key][g, :k] = s[key]
-        out["weight"][g, :k] = 1.0
+        out["weight"][g, :k] = np.exp(stakes_weight * data.stakes(i)) if stakes_weight else 1.0
     return out
 
 

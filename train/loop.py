@@ -292,7 +292,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     while step < config.steps and (stop_after is None or done_here < stop_after):
         epoch, visits = schedule(step)
         V, E, K, G = batch_shape(train_data, visits, config)
-        batch = make_batch(train_data, visits, V, E, K, G)
+        batch = make_batch(train_data, visits, V, E, K, G, config.stakes_weight)
         params, opt_state, aux = update(params, opt_state, batch)
         window.append({k: float(v) for k, v in aux.items()})
         meta["samples"] = meta.get("samples", 0) + int(batch["weight"].sum())
