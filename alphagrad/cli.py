@@ -304,16 +304,6 @@ def _agent_beside_annealing(graph, args) -> tuple[list, object]:
     return rows, result
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 0")
-    return value
-
-
 def demo(args) -> int:
     """Traces a benchmark function, compares classic orders, annealing and the bundled
     model's at the same budget (and on the function chained ``--chain`` times, a graph
