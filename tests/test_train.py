@@ -76,8 +76,10 @@ def test_unknown_key_wrong_type_and_missing_dataset_are_config_errors(tmp_path):
         C.from_dict({"warm_start": {"steps": 3}})
     with pytest.raises(C.ConfigError, match="steps must be of type int"):
         C.from_dict({"steps": "many"})
-    with pytest.raises(C.ConfigError, match="buckets must be a list of integers"):
+    with pytest.raises(C.ConfigError, match="buckets must be a non-empty list of integers"):
         C.from_dict({"buckets": 64})
+    with pytest.raises(C.ConfigError, match="data.labels must be a non-empty list of names"):
+        C.from_dict({"data": {"labels": []}})
     with pytest.raises(C.ConfigError, match="buckets must be increasing powers of two"):
         C.from_dict({"buckets": [64, 96]}).validate(check_paths=False)
     with pytest.raises(C.ConfigError, match="learning_rate must be a number"):
@@ -165,7 +167,7 @@ def test_labels_that_do_not_match_their_graph_are_a_config_error(data, tmp_path)
     shutil.rmtree(os.path.join(copy, "labels", "train"))
     shutil.move(os.path.join(tmp, "train"), os.path.join(copy, "labels", "train"))
     hash1 = hf.load_from_disk(copy)["train"][1]["graph_hash"]
-    with pytest.raises(C.ConfigError, match=rf"labels of graph {hash1} .* do not match the graph.*rebuild them"):
+    with pytest.raises(C.ConfigError, match=rf"labels 'labels' of graph {hash1} .* do not match the graph.*rebuild them"):
         TD.load_split(copy, "train", (64, 128, 256), 256)
     with pytest.raises(C.ConfigError, match="do not match the graph"):
         loop.train(tiny_config(copy, **{"data.max_vertices": 256, "buckets": [64, 128, 256]}),
