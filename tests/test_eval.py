@@ -378,3 +378,17 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
         assert ratios == [pytest.approx(want)] * 2 and n == row["num_intermediates"]
     text = readme.read_text()
     assert "old" not in text and "greedy order / best baseline" in text and text.endswith(f"{BG.END}\nrest\n")
+
+
+def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, tmp_path):
+    from eval import bench_schedule as BS
+
+    out = str(tmp_path / "schedule")
+    assert BS.main(["--model", model, "--data", data, "--budget", "0.1", "--out", out]) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    assert report["rows"] and all(r["name"] for r in report["rows"])
+    for r in report["rows"]:
+        assert list(r["ratios"]) == ["anneal", "network, opening 0", "network, opening 0.5",
+                                     "markowitz-prior, opening 0", "markowitz-prior, opening 0.5"]
+        assert all(0 < x <= 1 for x in r["ratios"].values())  # never worse than the best baseline
+    assert "| geometric mean |" in _read(os.path.join(out, "report.md"))

@@ -1,0 +1,93 @@
+"""Ablation of the agent's schedule (not a test): ``python -m eval.bench_schedule``.
+
+Runs :func:`alphagrad.inference.find_order` with the bundled network and with the
+one-parameter Markowitz prior (the control), each with and without the opening stage
+(``InferenceSettings.opening``), beside annealing alone, on the large held-out graphs of
+``--data`` at one budget, one after another on each graph (same seed; each schedule
+compiled by an untimed warm-up call first). Prints and writes cost / best baseline per
+graph and the geometric means to ``OUT/report.md`` (and ``report.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import sys
+
+import numpy as np
+
+FAMILIES = ("large_random", "large_zoo_chained", "large_real")
+
+
+def run(model: str, data: str, split: str, per_family: int, budget: float, seed: int, openings) -> dict:
+    import datasets as hf
+
+    import alphagrad
+    from alphagrad import baselines
+    from alphagrad.inference import InferenceSettings, find_order
+    from alphagrad.policy import ControlPlayer
+    from data_gen.dataset import row_to_graph
+
+    agent = alphagrad.from_pretrained(model)
+    players = {"network": lambda g, s, ev: agent.player(g, s, ev),
+               "markowitz-prior": lambda g, s, ev: ControlPlayer("markowitz", g, s, ev, seed=seed)}
+    count, rows = collections.Counter(), []
+    for row in hf.load_from_disk(data)[split]:
+        if row["family"] not in FAMILIES or count[row["family"]] >= per_family:
+            continue
+        count[row["family"]] += 1
+        graph, scale = row_to_graph(row), max(row["best_baseline"], 1)
+        ratios = {"anneal": alphagrad.cost(graph, baselines.anneal(graph, budget_s=budget, seed=seed)) / scale}
+        for name, make in players.items():
+            for opening in openings:
+                settings = InferenceSettings(opening=opening)
+                find_order(graph, make, min(budget, 0.2), seed, settings)  # compiles
+                ratios[f"{name}, opening {opening:g}"] = find_order(graph, make, budget, seed, settings).cost / scale
+        rows.append({"name": row["name"], "intermediates": row["num_intermediates"], "ratios": ratios})
+        print(row["name"], " ".join(f"{k}={v:.3f}" for k, v in ratios.items()), file=sys.stderr, flush=True)
+    return {"rows": rows}
+
+
+def markdown(report: dict) -> str:
+    methods = list(report["rows"][0]["ratios"])
+    lines = ["| graph | intermediates | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for r in report["rows"]:
+        lines.append(f"| {r['name']} | {r['intermediates']} | " + " | ".join(f"{r['ratios'][m]:.3f}" for m in methods)
+                     + " |")
+    means = [np.exp(np.mean(np.log([r["ratios"][m] for r in report["rows"]]))) for m in methods]
+    lines.append("| geometric mean | | " + " | ".join(f"**{x:.4f}**" for x in means) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.bench_schedule", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="alphagrad/pretrained")
+    p.add_argument("--data", default="data/train")
+    p.add_argument("--split", default="heldout")
+    p.add_argument("--per-family", type=int, default=4)
+    p.add_argument("--budget", type=float, default=5.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="eval/results/schedule")
+    args = p.parse_args(argv)
+    report = run(args.model, args.data, args.split, args.per_family, args.budget, args.seed, (0.0, 0.5))
+    if not report["rows"]:
+        p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
+    report["command"] = "python -m eval.bench_schedule " + " ".join(argv if argv is not None else sys.argv[1:])
+    report["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    table = markdown(report)
+    with open(os.path.join(args.out, "report.md"), "w") as f:
+        f.write(f"# The schedule's opening stage\n\n`{report['command']}` ({report['machine']}): cost / best "
+                f"baseline at {args.budget:g} s, seed {args.seed}\n\n{table}\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
