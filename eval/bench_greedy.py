@@ -91,11 +91,9 @@ def main(argv=None) -> int:
         f.write(f"# Greedy orders of the network alone\n\n{intro}\n\n{table}\n")
     print(table)
     if args.readme:
-        text = open(args.readme).read()
-        a, b = text.index(START) + len(START), text.index(END)
-        summary = table.split("\n\n")[0]
-        with open(args.readme, "w") as f:
-            f.write(text[:a] + f"\n{intro}:\n\n{summary}\n" + text[b:])
+        from eval.readme_results import put_block
+
+        put_block(args.readme, f"{intro}:\n\n{table.split(chr(10) * 2)[0]}", START, END)
     return 0
 
 

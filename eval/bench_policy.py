@@ -197,11 +197,9 @@ def main(argv=None) -> int:
         f.write(f"# Policy network benchmark\n\n`{report['command']}` on {report['machine']}\n\n{table}\n")
     print(table)
     if args.readme:
-        text = open(args.readme).read()
-        a, b = text.index(START) + len(START), text.index(END)
-        block = f"\n`{report['command']}` ({report['machine']}):\n\n{table}\n"
-        with open(args.readme, "w") as f:
-            f.write(text[:a] + block + text[b:])
+        from eval.readme_results import put_block
+
+        put_block(args.readme, f"`{report['command']}` ({report['machine']}):\n\n{table}", START, END)
     return 0
 
 

@@ -122,6 +122,18 @@ def replace_block(text: str, block: str, heading: str = "## Results", name: str 
     return text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:]
 
 
+def put_block(path: str, block: str, open_mark: str, close_mark: str) -> None:
+    """Replaces what lies between ``open_mark`` and ``close_mark`` (exactly one of each, in
+    that order) in the file ``path`` with ``block``: how the benchmarks fill README."""
+    with open(path) as f:
+        text = f.read()
+    start, end = text.find(open_mark), text.find(close_mark)
+    if start == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
+        raise ValueError(f"{path}: expected exactly one {open_mark} followed by one {close_mark}")
+    with open(path, "w") as f:
+        f.write(text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:])
+
+
 def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True, name: str | None = None) -> bool:
     """Rewrites the block in ``path``; returns whether the file changed."""
     if not os.path.isfile(path):
