@@ -10,8 +10,7 @@ Within ``budget_s`` seconds of wall time (one-time compilation reported apart):
    most ``sample_fraction`` of the budget;
 3. the rest of the network's cheapest order after its opening (its first ``opening``
    share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
-   search space, where the network's openings are good and annealing's are slow to find
-   on large graphs;
+   search space (``python -m eval.bench_schedule`` measures what it gives);
 4. the cheapest order so far is annealed whole (:func:`alphagrad.baselines.anneal`)
    for the rest of the budget.
 
