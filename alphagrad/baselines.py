@@ -40,6 +40,14 @@ EXACT_LIMIT = 10
 #: start order's mean cost per eliminated vertex (a move re-prices a few eliminations,
 #: so this scale fits graphs of every size; measured on chained RoeFlux graphs).
 T_START, T_END = 3.0, 0.05
+def temperatures(cost: int, n: int) -> tuple[float, float]:
+    """:func:`anneal`'s start and end temperatures for an order of ``n`` vertices costing
+    ``cost``: :data:`T_START` and :data:`T_END` times its mean cost per vertex (at least
+    1 and 0.05)."""
+    per_vertex = cost / n
+    return max(1.0, T_START * per_vertex), max(0.05, T_END * per_vertex)
+
+
 #: Each chunk of :func:`anneal` moves (one full pass to set up, then incremental moves)
 #: runs at least this long, so that setting up stays a small part of short budgets.
 MIN_CHUNK_S = 0.003
@@ -263,17 +271,14 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         _check_cap(best)
         return best_order
     best_order = order.copy()
-    per_vertex = ev.cost(np.concatenate([prefix, order])) / n  # a move changes a few eliminations
-    t0 = max(1.0, T_START * per_vertex)
-    t1 = max(0.05, T_END * per_vertex)
-
+    start_cost = ev.cost(np.concatenate([prefix, order]))
+    t0, t1 = temperatures(start_cost, n)  # a move changes a few eliminations: they scale with one
     fixed = ev.cost(prefix)
 
     def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders, so the rest's + the prefix's
         return fixed + ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, ev.cost(np.concatenate([prefix, order])),
-                     MIN_CHUNK_S)
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, start_cost, MIN_CHUNK_S)
     _check_cap(best)
     return [int(v) for v in prefix] + [int(v) for v in best_order]
 

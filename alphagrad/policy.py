@@ -300,12 +300,17 @@ class Player:
     def __init__(self, net, params, graph: Graph, scale: float, ev: Evaluator | None = None):
         from alphagrad.network import decoder_weights
 
-        self.graph = graph
-        self.ev = ev if ev is not None else Evaluator(graph, "exact")
-        self.scale = float(max(scale, 1))
+        self._bind(graph, scale, ev)
         self.inputs = graph_inputs(graph, self.ev, self.scale)
         h, self.compile_seconds = embed(net, params, self.inputs)
         self.weights = decoder_weights(params, h)
+
+    def _bind(self, graph: Graph, scale: float, ev: Evaluator | None):
+        """What every player keeps of its graph: the graph, its evaluator, the cost scale
+        and the intermediates."""
+        self.graph = graph
+        self.ev = ev if ev is not None else Evaluator(graph, "exact")
+        self.scale = float(max(scale, 1))
         self.inter = np.asarray(graph.intermediates, np.int64)
 
     static = np.zeros(0)
@@ -336,11 +341,8 @@ class ControlPlayer(Player):
     def __init__(self, kind: str, graph: Graph, scale: float, ev: Evaluator | None = None, seed: int = 0):
         if kind not in CONTROLS:
             raise ValueError(f"unknown control {kind!r}; use one of {list(CONTROLS)}")
-        self.graph = graph
-        self.ev = ev if ev is not None else Evaluator(graph, "exact")
-        self.scale = float(max(scale, 1))
+        self._bind(graph, scale, ev)
         self.compile_seconds = 0.0
-        self.inter = np.asarray(graph.intermediates, np.int64)
         V = graph.num_vertices
         z = np.zeros((0, 0))
         self.weights = (np.zeros((V, 0)), np.zeros((NUM_DYNAMIC, 0)), z, np.zeros(0), np.zeros(0), 0.0)
