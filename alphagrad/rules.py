@@ -6,18 +6,17 @@ they agree by construction (and ``tests/test_engine.py`` checks it). Id 0 stands
 "no edge": composing with it gives 0 at cost 0, adding it changes nothing, so the engine
 needs no masks.
 
-Costs. The closure tabulates every shape-compatible pair of structures, including
-products that no elimination of the graph ever performs (e.g. two dense 4-D Jacobians of
-a 1000x1000 matmul: 10^18 multiplications), so table entries can be huge while every
-real order is cheap. The tables therefore never refuse a graph: ``cost`` holds each
-product's exact count as int64, saturated at :data:`COST_CAP` (entries that large are
-never met by a computable order), :meth:`RuleTables.exact_cost` gives the exact Python
-integer of any product, and :meth:`RuleTables.float_cost` the float64 table the JAX
-engine counts with.
+The closure follows the graph: two structures are combined only where some elimination
+of this graph can meet them (see :func:`build_tables`: a superset of what orders meet,
+never less), but a single product can still be enormous (a 2**21-square matmul's factor:
+2**63 multiplications). ``cost`` holds each product's exact count as int64, saturated at
+:data:`COST_CAP`, :meth:`RuleTables.exact_cost` gives the exact Python integer of any
+product, and :meth:`RuleTables.float_cost` the float64 table the JAX engine counts with.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 
@@ -97,16 +96,25 @@ class RuleTables:
         return out
 
 
-def build_tables(initial, max_structures: int = 4096) -> RuleTables:
-    """Closes ``initial`` structures under composition and addition, and tabulates.
+def build_tables(graph, max_structures: int = 4096) -> RuleTables:
+    """Closes ``graph``'s edge structures under the compositions and sums its
+    eliminations can perform, and tabulates them.
 
-    Only shape-compatible pairs are combined (``a.in_shape == b.out_shape`` for
-    composition, equal shapes for addition), which is all an elimination can meet.
+    Every structure keeps the vertices it can sit on as a source and as a destination
+    (bit sets). Eliminating ``j`` composes an edge ``j -> k`` with an edge ``i -> j`` and
+    adds the product onto ``i -> k``, so two structures are composed only when some
+    vertex is a source of the first and a destination of the second, and summed only when
+    they can share an edge; the result inherits the outer vertices. This is what any
+    order of this graph can meet (a superset, never less), and far smaller than pairing
+    every structure with every shape-compatible one: index maps with distinct offsets
+    would otherwise combine without end.
 
     Raises:
       TooManyStructuresError: if more than ``max_structures`` structures arise.
     """
     structs: list = [None]
+    srcs: list = [0]  # bit sets of vertices each structure can leave / enter
+    dsts: list = [0]
     index: dict = {}
     by_in: dict = {}
     by_out: dict = {}
@@ -114,44 +122,59 @@ def build_tables(initial, max_structures: int = 4096) -> RuleTables:
     compose: dict = {}
     join: dict = {}
     products: dict = {}
-    queue: list = []
+    queue: collections.deque = collections.deque()
+    queued: set = set()
 
-    def add(s):
-        if s in index:
-            return index[s]
-        if len(structs) > max_structures:
-            raise TooManyStructuresError(
-                f"more than {max_structures} distinct Jacobian structures arise in this "
-                f"graph's eliminations; raise `max_structures` or simplify the function"
-            )
-        k = len(structs)
-        structs.append(s)
-        index[s] = k
-        by_in.setdefault(s.in_shape, []).append(k)
-        by_out.setdefault(s.out_shape, []).append(k)
-        by_shapes.setdefault((s.out_shape, s.in_shape), []).append(k)
-        queue.append(k)
+    def add(s, src_bits, dst_bits):
+        k = index.get(s)
+        if k is None:
+            if len(structs) > max_structures:
+                raise TooManyStructuresError(
+                    f"more than {max_structures} distinct Jacobian structures arise in this "
+                    f"graph's eliminations; raise `max_structures` or simplify the function"
+                )
+            k = len(structs)
+            structs.append(s)
+            srcs.append(0)
+            dsts.append(0)
+            index[s] = k
+            by_in.setdefault(s.in_shape, []).append(k)
+            by_out.setdefault(s.out_shape, []).append(k)
+            by_shapes.setdefault((s.out_shape, s.in_shape), []).append(k)
+        if (src_bits & ~srcs[k]) or (dst_bits & ~dsts[k]):
+            srcs[k] |= src_bits
+            dsts[k] |= dst_bits
+            if k not in queued:
+                queued.add(k)
+                queue.append(k)
         return k
 
-    for s in initial:
-        add(s)
+    for s in graph.structures:  # ids in order of first appearance, as the graph lists them
+        add(s, 0, 0)
+    for e in graph.edges:
+        add(e.structure, 1 << e.src, 1 << e.dst)
     while queue:
-        k = queue.pop()
+        k = queue.popleft()
+        queued.discard(k)
         s = structs[k]
-        for t in list(by_out.get(s.in_shape, ())):  # s . t
-            if (k, t) not in compose:
-                p = st.compose(s, structs[t])
-                products[(k, t)] = p
-                compose[(k, t)] = add(p.result)
+        for t in list(by_out.get(s.in_shape, ())):  # s . t through a vertex t enters and s leaves
+            if srcs[k] & dsts[t]:
+                if (k, t) not in compose:
+                    products[(k, t)] = p = st.compose(s, structs[t])
+                    compose[(k, t)] = add(p.result, 0, 0)
+                add(structs[compose[(k, t)]], srcs[t], dsts[k])
         for t in list(by_in.get(s.out_shape, ())):  # t . s
-            if (t, k) not in compose:
-                p = st.compose(structs[t], s)
-                products[(t, k)] = p
-                compose[(t, k)] = add(p.result)
-        for t in list(by_shapes.get((s.out_shape, s.in_shape), ())):
-            if (k, t) not in join:
-                j = add(st.join(s, structs[t]))
-                join[(k, t)] = join[(t, k)] = j
+            if srcs[t] & dsts[k]:
+                if (t, k) not in compose:
+                    products[(t, k)] = p = st.compose(structs[t], s)
+                    compose[(t, k)] = add(p.result, 0, 0)
+                add(structs[compose[(t, k)]], srcs[k], dsts[t])
+        for t in list(by_shapes.get((s.out_shape, s.in_shape), ())):  # s + t on a shared edge
+            both_src, both_dst = srcs[k] & srcs[t], dsts[k] & dsts[t]
+            if both_src and both_dst:
+                if (k, t) not in join:
+                    join[(k, t)] = join[(t, k)] = add(st.join(s, structs[t]), 0, 0)
+                add(structs[join[(k, t)]], both_src, both_dst)
     n = len(structs)
     comp = np.full((n, n), INVALID, np.int32)
     comp[0, :] = comp[:, 0] = NO_EDGE
@@ -170,7 +193,7 @@ def build_tables(initial, max_structures: int = 4096) -> RuleTables:
 
 @functools.lru_cache(maxsize=64)
 def _tables_cached(graph) -> RuleTables:
-    return build_tables(graph.structures)
+    return build_tables(graph)
 
 
 def tables(graph) -> RuleTables:

@@ -375,7 +375,7 @@ def baseline_costs(graph, tables=None, max_structures: int = DEFAULT_MAX_STRUCTU
     from alphagrad import rules as rl
     from alphagrad.evaluator import Evaluator
 
-    T = tables if tables is not None else rl.build_tables(graph.structures, max_structures=max_structures)
+    T = tables if tables is not None else rl.build_tables(graph, max_structures=max_structures)
     ev = Evaluator(graph, CONVENTION, rule_tables=T)
     inter = list(graph.intermediates)
     fwd, rev = ev.cost(inter), ev.cost(inter[::-1])
