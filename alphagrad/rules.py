@@ -101,13 +101,15 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
     eliminations can perform, and tabulates them.
 
     Every structure keeps the vertices it can sit on as a source and as a destination
-    (bit sets). Eliminating ``j`` composes an edge ``j -> k`` with an edge ``i -> j`` and
-    adds the product onto ``i -> k``, so two structures are composed only when some
-    vertex is a source of the first and a destination of the second, and summed only when
-    they can share an edge; the result inherits the outer vertices. This is what any
-    order of this graph can meet (a superset, never less), and far smaller than pairing
-    every structure with every shape-compatible one: index maps with distinct offsets
-    would otherwise combine without end.
+    (bit sets over vertex ids, which are topological). Eliminating ``j`` composes an edge
+    ``j -> k`` with an edge ``i -> j`` and adds the product onto ``i -> k``, so two
+    structures are composed only through a vertex ``j`` that is a source of the first and
+    a destination of the second, with a source ``i < j`` and a destination ``k > j`` left
+    to the product, which sits on those; two are summed only when they can share an edge.
+    This is what any order of this graph can meet (a superset, never less), and far
+    smaller than pairing every structure with every shape-compatible one: index maps with
+    distinct offsets would otherwise combine without end. Keeping ``i < j < k`` matters:
+    without it, sets merged across edges look like cycles and compose without end.
 
     Raises:
       TooManyStructuresError: if more than ``max_structures`` structures arise.
@@ -157,18 +159,17 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
         k = queue.popleft()
         queued.discard(k)
         s = structs[k]
-        for t in list(by_out.get(s.in_shape, ())):  # s . t through a vertex t enters and s leaves
-            if srcs[k] & dsts[t]:
-                if (k, t) not in compose:
-                    products[(k, t)] = p = st.compose(s, structs[t])
-                    compose[(k, t)] = add(p.result, 0, 0)
-                add(structs[compose[(k, t)]], srcs[t], dsts[k])
-        for t in list(by_in.get(s.out_shape, ())):  # t . s
-            if srcs[t] & dsts[k]:
-                if (t, k) not in compose:
-                    products[(t, k)] = p = st.compose(structs[t], s)
-                    compose[(t, k)] = add(p.result, 0, 0)
-                add(structs[compose[(t, k)]], srcs[k], dsts[t])
+        for a, b in [(k, t) for t in by_out.get(s.in_shape, ())] + [(t, k) for t in by_in.get(s.out_shape, ())]:
+            through = srcs[a] & dsts[b]  # a . b: b enters j, a leaves it
+            if not through:
+                continue
+            outer_src = srcs[b] & ((1 << (through.bit_length() - 1)) - 1)  # i below some j
+            outer_dst = dsts[a] >> ((through & -through).bit_length()) << ((through & -through).bit_length())
+            if outer_src and outer_dst:
+                if (a, b) not in compose:
+                    products[(a, b)] = p = st.compose(structs[a], structs[b])
+                    compose[(a, b)] = add(p.result, 0, 0)
+                add(structs[compose[(a, b)]], outer_src, outer_dst)
         for t in list(by_shapes.get((s.out_shape, s.in_shape), ())):  # s + t on a shared edge
             both_src, both_dst = srcs[k] & srcs[t], dsts[k] & dsts[t]
             if both_src and both_dst:
