@@ -67,24 +67,34 @@ def test_order_returns_within_its_budget(agent, graph):
     assert r.seconds <= 0.55
 
 
-def test_a_first_call_on_a_fresh_machine_compiles_outside_its_budget(tmp_path):
+_FIRST_CALLS = {
+    "agent": "r = ag.from_pretrained().order(g, budget_s=1.0, progress=False)\n"
+             "out = {'seconds': r.seconds, 'compile': r.compile_seconds, 'cost': r.cost,\n"
+             "       'stages': [h[2] for h in r.history]}\n",
+    "anneal": "out = {'cost': ag.cost(g, ag.baselines.anneal(g, budget_s=1.0))}\n",
+}
+
+
+@pytest.mark.parametrize("call", sorted(_FIRST_CALLS))
+def test_a_first_call_on_a_fresh_machine_compiles_outside_its_budget(call, tmp_path):
     """With numba's disk cache empty (a fresh install), compiling the kernels takes many
-    seconds; it once ran inside the budget, so the first call returned long after it with
-    a baseline's order and annealing never ran. The kernels now compile before the clock
-    starts and the time is reported as compile_seconds."""
-    code = (
-        "import json, alphagrad as ag\n"
-        "ex = ag.examples.get('RoeFlux_3d')\n"
-        "r = ag.from_pretrained().order(ex.fn, *ex.args, budget_s=1.0, progress=False)\n"
-        "print(json.dumps({'seconds': r.seconds, 'compile': r.compile_seconds, 'cost': r.cost,\n"
-        "                  'best': r.best_baseline, 'stages': [h[2] for h in r.history]}))\n"
-    )
+    seconds; it once ran inside the budget, so the first ``order`` returned long after it
+    with a baseline's order and annealing never ran, and the first ``anneal`` ran 16
+    moves. The kernels now compile before the clock starts (reported as compile_seconds
+    by the agent)."""
+    code = ("import json, alphagrad as ag\n"
+            "ex = ag.examples.get('RoeFlux_3d')\n"
+            "g = ag.trace(ex.fn, *ex.args)\n"
+            "best = min(ag.cost(g, o) for o in ('fwd', 'rev', 'markowitz'))\n"
+            + _FIRST_CALLS[call] + "out['best'] = best\nprint(json.dumps(out))\n")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert r["seconds"] <= 1.1 and r["compile"] > 1.0
-    assert r["cost"] < r["best"] and any(s.startswith("anneal") for s in r["stages"])
+    assert r["cost"] < 0.9 * r["best"]  # 1 s of annealing: about 0.82
+    if call == "agent":
+        assert r["seconds"] <= 1.1 and r["compile"] > 1.0
+        assert any(s.startswith("anneal") for s in r["stages"])
 
 
 def test_without_annealing_the_result_is_the_networks_or_a_baselines(agent, graph):
