@@ -75,9 +75,12 @@ def _edge_value(graph: Graph, e, slots: dict):
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
     total = None
     for step_id, argnum, outnum in program.edge_sources.get((e.src, e.dst), ()):
+        if step_id in program.digit_reshapes:  # a relabelling of digits: no value
+            continue
         step = program.steps[step_id]
         s = prim.structures(step.equation, argnum)[outnum]
         value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
+        s, value = program.refined(s, value, e.src, e.dst)
         if e.structure.value_vars is not None:
             value = _embed_value(s, value, e.structure)
             total = value if total is None else total + value
@@ -458,7 +461,8 @@ def _layout(graph, nums, arg_trees, offsets, single, edges, outputs, leaves):
                 dtype = _out_dtype(ov, leaves[leaf_id])
                 if iv >= 0 and (iv, o) in edges:
                     s, v = edges[(iv, o)]
-                    block = _to_dense(s, v).astype(dtype)
+                    block = _to_dense(s, v).astype(dtype)  # on split axes: back to the shapes
+                    block = jnp.reshape(block, tuple(graph.shapes[o]) + tuple(jnp.shape(leaves[leaf_id])))
                 else:
                     block = jnp.zeros(tuple(graph.shapes[o]) + tuple(jnp.shape(leaves[leaf_id])), dtype)
                 arg_leaves.append(block)

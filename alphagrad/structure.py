@@ -171,6 +171,60 @@ def diagonal(shape: Sequence[int], value: bool = True, sign: int = 1) -> Structu
 
 
 # --------------------------------------------------------------------------------------
+# Mixed-radix digits. A reshape that merges or splits axes relates the digits of their
+# flattened index one to one: with every axis of the graph split into the digits its
+# reshapes need (``trace`` finds them), such a reshape is a relabelling without value, and
+# every other structure is the same Jacobian on the split axes.
+
+
+def refine(s: Structure, out_digits: Sequence[Sequence[int]], in_digits: Sequence[Sequence[int]]) -> Structure:
+    """``s`` with each axis split into mixed-radix digits (major first): ``out_digits[d]``
+    are the digit sizes of output axis ``d`` (their product is its size), ``in_digits``
+    those of the input axes. Every variable becomes one variable per digit and a value over
+    it a value over its digits (the same numbers, reshaped to :attr:`value_shape`).
+
+    Raises ValueError if two axes of one variable split differently.
+    """
+    out_digits = [tuple(int(n) for n in d) for d in out_digits]
+    in_digits = [tuple(int(n) for n in d) for d in in_digits]
+    split: dict = {}
+    for var, n, dg in zip(s.out_vars + s.in_vars, s.out_shape + s.in_shape, out_digits + in_digits):
+        if math.prod(dg) != n:
+            raise ValueError(f"digits {dg} do not multiply to the axis size {n}")
+        if n != 1 and split.setdefault(var, dg) != dg:
+            raise ValueError(f"the axes of one variable split differently: {split[var]} and {dg}")
+
+    def labels(vars_, shape, digits, side):
+        out = []
+        for ax, (var, n, dg) in enumerate(zip(vars_, shape, digits)):
+            out += [(side, ax)] if n == 1 else [(var, k) for k in range(len(dg))]
+        return out
+
+    values = None if s.value_vars is None else [(v, k) for v in s.value_vars for k in range(len(split[v]))]
+    return make([n for dg in out_digits for n in dg], [n for dg in in_digits for n in dg],
+                labels(s.out_vars, s.out_shape, out_digits, "o"), labels(s.in_vars, s.in_shape, in_digits, "i"),
+                values, s.sign)
+
+
+def relabel_digits(out_digits: Sequence[Sequence[int]], in_digits: Sequence[Sequence[int]]) -> Structure:
+    """A reshape on split axes: the k-th digit of the output's flattened index is the
+    k-th of the input's (the digit sizes, flattened, must agree), no value."""
+    flat_out = [int(n) for dg in out_digits for n in dg]
+    flat_in = [int(n) for dg in in_digits for n in dg]
+    if [n for n in flat_out if n != 1] != [n for n in flat_in if n != 1]:
+        raise ValueError(f"the digits {flat_out} and {flat_in} of a reshape do not match")
+
+    def labels(flat, side):
+        k, out = 0, []
+        for t, n in enumerate(flat):
+            out.append((side, t) if n == 1 else k)
+            k += n != 1
+        return out
+
+    return make(flat_out, flat_in, labels(flat_out, "o"), labels(flat_in, "i"), None)
+
+
+# --------------------------------------------------------------------------------------
 # Composition and addition.
 
 

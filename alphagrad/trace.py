@@ -121,6 +121,21 @@ class Program:
     #: if the index depends on the argument values, else None; and the steps computing them.
     branch_slots: tuple = ()
     branch_steps: tuple = ()
+    #: per vertex whose axes split into mixed-radix digits (see :func:`split_axes`): the
+    #: digit sizes of each axis; and the reshape steps that became relabellings of them.
+    vertex_digits: dict = dataclasses.field(default_factory=dict)
+    digit_reshapes: frozenset = frozenset()
+
+    def digits(self, vertex: int, shape) -> list:
+        """The digit sizes of each axis of ``vertex`` (one digit per axis if unsplit)."""
+        return list(self.vertex_digits.get(vertex, [(n,) for n in shape]))
+
+    def refined(self, s: st.Structure, value, src: int, dst: int):
+        """A local Jacobian ``(s, value)`` of edge ``src -> dst`` on the split axes."""
+        if src not in self.vertex_digits and dst not in self.vertex_digits:
+            return s, value
+        r = st.refine(s, self.digits(dst, s.out_shape), self.digits(src, s.in_shape))
+        return r, (None if value is None or r.value_vars is None else jnp.reshape(value, r.value_shape))
 
     def branches_at(self, leaves) -> tuple:
         """Per ``Graph.branches`` entry, the branch index taken at ``leaves`` (the
@@ -735,11 +750,17 @@ class _Builder:
                 aval = self.avals[slot]
             shapes.append(tuple(aval.shape))
             dtypes.append(str(aval.dtype))
+        live = {k: items for k, items in self.edges.items() if k[0] in new_id and k[1] in new_id}
+        shape_of = dict(zip(order, shapes))
+        reshape = lambda step: step is not None and self.steps[step].equation.name == "reshape"
+        digits, relabelled = split_axes(live, shape_of, reshape)
+        if digits:
+            live = {(a, b): [(_split(items_s, digits, shape_of, a, b, (a, b, step) in relabelled), step, arg, out)
+                             for items_s, step, arg, out in items]
+                    for (a, b), items in live.items()}
         edges = []
         edge_sources = {}
-        for (a, b), items in self.edges.items():
-            if a not in new_id or b not in new_id:
-                continue
+        for (a, b), items in live.items():
             s = items[0][0]
             for other, *_ in items[1:]:
                 s = st.join(s, other)
@@ -758,6 +779,8 @@ class _Builder:
             output_slots=tuple(out_slots),
             branch_slots=tuple(self.branch_slots),
             branch_steps=self._cone([b[0] for b in self.branch_slots if b is not None]),
+            vertex_digits={new_id[v]: d for v, d in digits.items()},
+            digit_reshapes=frozenset(step for _, _, step in relabelled),
         )
         in_vertex = tuple(
             new_id[self.vertex_of[s]] if s in self.vertex_of and self.vertex_of[s] in new_id else -1
@@ -788,3 +811,114 @@ class _Builder:
             need.add(k)
             stack.extend(r for r in self.steps[k].inputs if not isinstance(r, tuple))
         return tuple(sorted(need))
+
+
+# ------------------------------------------------------------------ mixed-radix digits
+def _chain(points) -> bool:
+    """Whether sorted ``points`` each divide the next (a mixed-radix refinement)."""
+    p = sorted(points)
+    return all(q % r == 0 for r, q in zip(p, p[1:]))
+
+
+def split_axes(edges: dict, shape_of: dict, is_reshape) -> tuple[dict, set]:
+    """The mixed-radix digits every axis splits into so that reshapes which merge or split
+    axes become relabellings (:func:`alphagrad.structure.relabel_digits`).
+
+    ``edges`` maps ``(src, dst)`` to ``[(structure, step, argnum, outnum), ...]``. Axes
+    that share a variable in a structure must split alike; a reshape relates the
+    breakpoints of its operand's flattened index (the sizes of its trailing axes and
+    digits) to its result's, and both sides take their union when it is a chain of
+    divisors. A reshape whose sides have no common refinement (``(4, 6) -> (6, 4)``) keeps
+    its 0/1 value and relates nothing. Returns ``({vertex: [digits per axis]}, {(src, dst,
+    step) of the reshapes that became relabellings})``: empty when nothing splits.
+    """
+    excluded: set = set()
+    while True:
+        parent: dict = {}
+
+        def find(x):
+            parent.setdefault(x, x)
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        relations = []
+        for (a, b), items in edges.items():
+            for s, step, _, _ in items:
+                if is_reshape(step) and s.value_vars is not None and (a, b, step) not in excluded:
+                    relations.append((a, b, step))
+                    continue
+                first: dict = {}
+                k = len(s.out_shape)
+                for ax, (var, n) in enumerate(zip(s.out_vars + s.in_vars, s.out_shape + s.in_shape)):
+                    if n == 1:
+                        continue
+                    node = (b, ax) if ax < k else (a, ax - k)
+                    if var in first:
+                        parent[find(node)] = find(first[var])
+                    else:
+                        first[var] = node
+        if not relations:
+            return {}, set()
+        points: dict = {}  # class root -> breakpoints inside its axes (digit boundaries)
+        bad = None
+        changed = True
+        while changed and bad is None:
+            changed = False
+            for a, b, step in relations:
+                flat = {1}
+                for v in (a, b):
+                    size = 1
+                    for ax in reversed(range(len(shape_of[v]))):
+                        n = shape_of[v][ax]
+                        if n > 1:
+                            flat |= {size * q for q in points.get(find((v, ax)), ())}
+                        size *= n
+                        flat.add(size)
+                if not _chain(flat):
+                    bad = (a, b, step)
+                    break
+                for v in (a, b):
+                    size = 1
+                    for ax in reversed(range(len(shape_of[v]))):
+                        n = shape_of[v][ax]
+                        if n > 1:
+                            root = find((v, ax))
+                            new = {q // size for q in flat if size < q < size * n}
+                            have = points.setdefault(root, set())
+                            if not new <= have:
+                                if not _chain(have | new | {1, n}):
+                                    bad = (a, b, step)
+                                    break
+                                have |= new
+                                changed = True
+                        size *= n
+                    if bad:
+                        break
+                if bad:
+                    break
+        if bad is not None:
+            excluded.add(bad)
+            continue
+        digits = {}
+        for v, shape in shape_of.items():
+            per_axis = []
+            for ax, n in enumerate(shape):
+                cuts = sorted({1, n} | (points.get(find((v, ax)), set()) if n > 1 else set()))
+                per_axis.append(tuple(hi // lo for lo, hi in zip(cuts[-2::-1], cuts[:0:-1])) if n > 1 else (1,))
+            if any(len(d) > 1 for d in per_axis):
+                digits[v] = per_axis
+        relabelled = {r for r in relations}
+        return digits, relabelled
+
+
+def _split(s: st.Structure, digits: dict, shape_of: dict, src: int, dst: int, relabel: bool) -> st.Structure:
+    """Edge ``src -> dst``'s structure ``s`` on the split axes."""
+    out_d = digits.get(dst, [(n,) for n in s.out_shape])
+    in_d = digits.get(src, [(n,) for n in s.in_shape])
+    if relabel:
+        return st.relabel_digits(out_d, in_d)
+    if dst not in digits and src not in digits:
+        return s
+    return st.refine(s, out_d, in_d)

@@ -98,3 +98,35 @@ def test_compose_costs_of_classic_cases():
     assert st.join(ident_m, ident_m).value_vars == ()
     # a diagonal plus a dense block is dense
     assert st.join(diag_m, st.make((m,), (m,), ["o"], ["i"], ["o", "i"])).value_shape == (m, m)
+
+
+def _random_value(s, seed=0):
+    return None if s.value_vars is None else np.random.default_rng(seed).normal(size=s.value_shape)
+
+
+@pytest.mark.parametrize("s, out_digits, in_digits", [
+    (st.diagonal((24,)), [(4, 6)], [(4, 6)]),                                   # elementwise
+    (st.make((6, 4), (4, 8), ["i", "k"], ["k", "j"], ["i", "j"]), [(2, 3), (4,)], [(4,), (2, 4)]),  # matmul
+    (st.make((12,), (12, 5), ["i"], ["i", "r"], None), [(3, 4)], [(3, 4), (5,)]),  # a reduction
+    (st.make((1, 12), (12,), ["o", "i"], ["i"], ["i"], ), [(1,), (2, 6)], [(2, 6)]),
+])
+def test_refine_is_the_same_jacobian_on_split_axes(s, out_digits, in_digits):
+    """Splitting axes into mixed-radix digits changes the layout, not the Jacobian: the
+    dense refined Jacobian with its value reshaped is the dense original, reshaped."""
+    r = st.refine(s, out_digits, in_digits)
+    value = _random_value(s)
+    dense = st.to_dense(s, value)
+    got = st.to_dense(r, None if value is None else value.reshape(r.value_shape))
+    np.testing.assert_array_equal(got.reshape(dense.shape), dense)
+    assert r.value_size == s.value_size
+    with pytest.raises(ValueError, match="split differently"):
+        st.refine(st.diagonal((24,)), [(4, 6)], [(6, 4)])
+
+
+def test_relabel_digits_is_the_reshape():
+    """A reshape between shapes with the same digits is the identity on flat indices."""
+    r = st.relabel_digits([(4,), (1,), (6,)], [(4, 6)])
+    assert r.value_vars is None and r.out_shape == (4, 1, 6) and r.in_shape == (4, 6)
+    np.testing.assert_array_equal(st.to_dense(r).reshape(24, 24), np.eye(24))
+    with pytest.raises(ValueError, match="do not match"):
+        st.relabel_digits([(6,), (4,)], [(4,), (6,)])
