@@ -6,6 +6,12 @@ values into their operand, and gives every remaining value a vertex and every
 differentiable dependency an edge with its Jacobian structure (one rule per primitive, in
 :mod:`alphagrad.primitives`).
 
+Axes are split into mixed-radix digits where reshapes need it (:func:`split_axes`): a
+reshape that merges or splits axes (flattening ``(4, 6)`` into ``(24,)``, attention heads
+``(T, H*Dh) <-> (T, H, Dh)``) then relabels digits, with no value and no multiplication,
+and every other edge holds the same Jacobian on the split axes. The structures' shapes are
+the split ones; ``Graph.shapes`` keeps the values' own.
+
 A call with a custom derivative rule (``jax.custom_jvp``, ``jax.custom_vjp``: relu,
 softplus, logsumexp, a user's straight-through estimator) is not differentiated through
 its implementation: its edges come from the rule itself. The rule's linear map from
