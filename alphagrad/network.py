@@ -147,8 +147,9 @@ def decoder_weights(params, h) -> tuple:
 def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25):
     """Loss on a batch of ``G`` graphs with ``K`` states each (:mod:`train.data`):
     cross-entropy to the soft policy target over the legal moves, weighted towards the
-    endgame (weight ``0.5 + progress``), plus ``value_weight`` times the squared error
-    of the normalised cost-to-go. Returns ``(loss, metrics)``."""
+    endgame (weight ``0.5 + progress``), plus ``value_weight`` times the Huber error
+    (delta 1: squared below 1, linear above) of the normalised cost-to-go. Returns
+    ``(loss, metrics)``."""
 
     def one(static, src, dst, edge, ne, vmask, dynamic, legal, progress):
         h = net.apply(params, static, src, dst, edge, ne, vmask, method=PolicyNet.encode)
@@ -168,6 +169,11 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25)
     excess = (weight * (xent - entropy)).sum() / denom
     hit = jnp.take_along_axis(target, jnp.argmax(jnp.where(legal, logits, -1e9), -1)[..., None], -1)[..., 0] > 0
     accuracy = (weight * hit).sum() / denom
-    value_loss = (batch["weight"] * jnp.square(value - batch["value"])).sum() / jnp.maximum(batch["weight"].sum(), 1e-9)
+    # Huber, not squared: a state the policy's own opening ruined can cost 100x the best
+    # baseline still to come, and its squared error once outweighed the policy loss 200-fold
+    import optax  # training only: loading a model for inference does not need it
+
+    value_err = optax.huber_loss(value, batch["value"], delta=1.0)
+    value_loss = (batch["weight"] * value_err).sum() / jnp.maximum(batch["weight"].sum(), 1e-9)
     return policy + value_weight * value_loss, {"policy_loss": policy, "excess": excess, "value_loss": value_loss,
                                                 "accuracy": accuracy}

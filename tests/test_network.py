@@ -142,7 +142,8 @@ def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
             z = np.where(legal, logits[k], -np.inf)
             logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
             xent.append(-(t[legal] * logp[legal]).sum())
-            value_err.append((value[k] - batch["value"][g, k]) ** 2)
+            d = abs(value[k] - batch["value"][g, k])
+            value_err.append(0.5 * d * d if d <= 1 else d - 0.5)  # Huber, delta 1
             hits.append(t[np.argmax(z)] > 0)
     w = batch["weight"].reshape(-1)
     pw = w * (0.5 + batch["progress"].reshape(-1))
@@ -161,6 +162,11 @@ def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
     other["value"][1, 2] = 100.0
     loss2, _ = fn(params, other)
     assert float(loss2) == pytest.approx(float(loss), rel=1e-6)
+    # a far-off cost-to-go (a ruined state: 1000x the best baseline) counts linearly
+    other = {k: np.array(v) for k, v in batch.items()}
+    other["value"][0, 0] = 1000.0
+    _, m3 = fn(params, other)
+    assert float(m3["value_loss"]) < 1000.0 * w[0] / w.sum() + float(m["value_loss"]) + 1.0
 
 
 def test_policy_loss_gradient_lowers_the_loss(params):
