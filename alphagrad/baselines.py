@@ -164,8 +164,9 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best, min_
     in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
     measured speed, never past the end) with the temperature following the elapsed
     fraction of the budget. The clock starts after a call of no moves, which compiles the
-    kernels the first time on a machine (seconds). Interrupted (Ctrl-C) between or in a chunk, it stops with a
-    warning: the chunks replace the best order whole, so what it holds is complete."""
+    kernels the first time on a machine (seconds). Interrupted (Ctrl-C) between or in a
+    chunk, it stops with a warning: the chunks replace the best order whole, so what it
+    holds is complete."""
     if iterations is not None:
         return chunk_fn(iterations, t0, t1, seed)
     best = chunk_fn(0, t0, t0, seed)  # compiles the kernels (or loads numba's cache) before the clock

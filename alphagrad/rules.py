@@ -163,8 +163,9 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
             through = srcs[a] & dsts[b]  # a . b: b enters j, a leaves it
             if not through:
                 continue
-            outer_src = srcs[b] & ((1 << (through.bit_length() - 1)) - 1)  # i below some j
-            outer_dst = dsts[a] >> ((through & -through).bit_length()) << ((through & -through).bit_length())
+            above = (through & -through).bit_length()  # bits above the lowest j
+            outer_src = srcs[b] & ((1 << (through.bit_length() - 1)) - 1)  # i below the highest j
+            outer_dst = dsts[a] >> above << above  # k above the lowest j
             if outer_src and outer_dst:
                 if (a, b) not in compose:
                     products[(a, b)] = p = st.compose(structs[a], structs[b])
