@@ -109,29 +109,32 @@ def markers(name: str | None = None) -> tuple[str, str]:
     return (START, END) if not name else (f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->")
 
 
+def _splice(text: str, block: str, open_mark: str, close_mark: str, where: str = "") -> str:
+    """``text`` with what lies between its one ``open_mark`` and its one ``close_mark``
+    (in that order) replaced by ``block``."""
+    start, end = text.find(open_mark), text.find(close_mark)
+    if start == -1 or end == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
+        raise ValueError(f"{where}expected exactly one {open_mark} followed by one {close_mark}")
+    return text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:]
+
+
 def replace_block(text: str, block: str, heading: str = "## Results", name: str | None = None) -> str:
     """``text`` with the marked block replaced by ``block`` (or, without markers, a section
     with the markers appended)."""
     open_mark, close_mark = markers(name)
-    start, end = text.find(open_mark), text.find(close_mark)
-    if start == -1 and end == -1:
+    if open_mark not in text and close_mark not in text:
         sep = "" if text.endswith("\n\n") or not text else ("\n" if text.endswith("\n") else "\n\n")
         return f"{text}{sep}{heading}\n\n{open_mark}\n{block.strip()}\n{close_mark}\n"
-    if start == -1 or end == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
-        raise ValueError(f"expected exactly one {open_mark} followed by one {close_mark}")
-    return text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:]
+    return _splice(text, block, open_mark, close_mark)
 
 
 def put_block(path: str, block: str, open_mark: str, close_mark: str) -> None:
     """Replaces what lies between ``open_mark`` and ``close_mark`` (exactly one of each, in
     that order) in the file ``path`` with ``block``: how the benchmarks fill README."""
     with open(path) as f:
-        text = f.read()
-    start, end = text.find(open_mark), text.find(close_mark)
-    if start == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
-        raise ValueError(f"{path}: expected exactly one {open_mark} followed by one {close_mark}")
+        text = _splice(f.read(), block, open_mark, close_mark, f"{path}: ")
     with open(path, "w") as f:
-        f.write(text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:])
+        f.write(text)
 
 
 def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True, name: str | None = None) -> bool:
