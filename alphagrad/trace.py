@@ -132,16 +132,12 @@ class Program:
     vertex_digits: dict = dataclasses.field(default_factory=dict)
     digit_reshapes: frozenset = frozenset()
 
-    def digits(self, vertex: int, shape) -> list:
-        """The digit sizes of each axis of ``vertex`` (one digit per axis if unsplit)."""
-        return list(self.vertex_digits.get(vertex, [(n,) for n in shape]))
-
     def refined(self, s: st.Structure, value, src: int, dst: int):
         """A local Jacobian ``(s, value)`` of edge ``src -> dst`` on the split axes."""
-        if src not in self.vertex_digits and dst not in self.vertex_digits:
-            return s, value
-        r = st.refine(s, self.digits(dst, s.out_shape), self.digits(src, s.in_shape))
-        return r, (None if value is None or r.value_vars is None else jnp.reshape(value, r.value_shape))
+        r = refine_edge(self.vertex_digits, s, src, dst)
+        if r is s or value is None or r.value_vars is None:
+            return r, None if r.value_vars is None else value
+        return r, jnp.reshape(value, r.value_shape)
 
     def branches_at(self, leaves) -> tuple:
         """Per ``Graph.branches`` entry, the branch index taken at ``leaves`` (the
@@ -761,8 +757,10 @@ class _Builder:
         reshape = lambda step: step is not None and self.steps[step].equation.name == "reshape"
         digits, relabelled = split_axes(live, shape_of, reshape)
         if digits:
-            live = {(a, b): [(_split(items_s, digits, shape_of, a, b, (a, b, step) in relabelled), step, arg, out)
-                             for items_s, step, arg, out in items]
+            split = lambda a, b, s, step: (  # noqa: E731
+                st.relabel_digits(_digits(digits, b, s.out_shape), _digits(digits, a, s.in_shape))
+                if (a, b, step) in relabelled else refine_edge(digits, s, a, b))
+            live = {(a, b): [(split(a, b, s, step), step, arg, out) for s, step, arg, out in items]
                     for (a, b), items in live.items()}
         edges = []
         edge_sources = {}
@@ -868,42 +866,46 @@ def split_axes(edges: dict, shape_of: dict, is_reshape) -> tuple[dict, set]:
         if not relations:
             return {}, set()
         points: dict = {}  # class root -> breakpoints inside its axes (digit boundaries)
+
+        def spans(v):
+            """(class, size, size of the axes after it) of each axis of ``v`` longer than 1."""
+            out, size = [], 1
+            for ax in reversed(range(len(shape_of[v]))):
+                n = shape_of[v][ax]
+                if n > 1:
+                    out.append((find((v, ax)), n, size))
+                size *= n
+            return out
+
+        def relate(a, b):
+            """Gives both sides of reshape ``a -> b`` the union of their flattened index's
+            breakpoints: whether a class gained one, or None if they do not chain."""
+            sides = spans(a) + spans(b)
+            flat = {1} | {size * n for _, n, size in sides}
+            flat |= {size * q for root, _, size in sides for q in points.get(root, ())}
+            if not _chain(flat):
+                return None
+            changed = False
+            for root, n, size in sides:
+                new = {q // size for q in flat if size < q < size * n}
+                have = points.setdefault(root, set())
+                if not new <= have:
+                    if not _chain(have | new | {1, n}):
+                        return None
+                    have |= new
+                    changed = True
+            return changed
+
         bad = None
         changed = True
         while changed and bad is None:
             changed = False
-            for a, b, step in relations:
-                flat = {1}
-                for v in (a, b):
-                    size = 1
-                    for ax in reversed(range(len(shape_of[v]))):
-                        n = shape_of[v][ax]
-                        if n > 1:
-                            flat |= {size * q for q in points.get(find((v, ax)), ())}
-                        size *= n
-                        flat.add(size)
-                if not _chain(flat):
-                    bad = (a, b, step)
+            for relation in relations:
+                gained = relate(*relation[:2])
+                if gained is None:
+                    bad = relation
                     break
-                for v in (a, b):
-                    size = 1
-                    for ax in reversed(range(len(shape_of[v]))):
-                        n = shape_of[v][ax]
-                        if n > 1:
-                            root = find((v, ax))
-                            new = {q // size for q in flat if size < q < size * n}
-                            have = points.setdefault(root, set())
-                            if not new <= have:
-                                if not _chain(have | new | {1, n}):
-                                    bad = (a, b, step)
-                                    break
-                                have |= new
-                                changed = True
-                        size *= n
-                    if bad:
-                        break
-                if bad:
-                    break
+                changed |= gained
         if bad is not None:
             excluded.add(bad)
             continue
@@ -915,16 +917,17 @@ def split_axes(edges: dict, shape_of: dict, is_reshape) -> tuple[dict, set]:
                 per_axis.append(tuple(hi // lo for lo, hi in zip(cuts[-2::-1], cuts[:0:-1])) if n > 1 else (1,))
             if any(len(d) > 1 for d in per_axis):
                 digits[v] = per_axis
-        relabelled = {r for r in relations}
-        return digits, relabelled
+        return digits, set(relations)
 
 
-def _split(s: st.Structure, digits: dict, shape_of: dict, src: int, dst: int, relabel: bool) -> st.Structure:
-    """Edge ``src -> dst``'s structure ``s`` on the split axes."""
-    out_d = digits.get(dst, [(n,) for n in s.out_shape])
-    in_d = digits.get(src, [(n,) for n in s.in_shape])
-    if relabel:
-        return st.relabel_digits(out_d, in_d)
-    if dst not in digits and src not in digits:
+def refine_edge(digits: dict, s: st.Structure, src: int, dst: int) -> st.Structure:
+    """Edge ``src -> dst``'s structure ``s`` on the axes ``digits`` (``{vertex: digit
+    sizes per axis}``, :func:`split_axes`) splits; ``s`` itself where neither end splits."""
+    if src not in digits and dst not in digits:
         return s
-    return st.refine(s, out_d, in_d)
+    return st.refine(s, _digits(digits, dst, s.out_shape), _digits(digits, src, s.in_shape))
+
+
+def _digits(digits: dict, vertex: int, shape) -> list:
+    """The digit sizes of each axis of ``vertex`` (one digit per axis if it does not split)."""
+    return digits.get(vertex, [(n,) for n in shape])
