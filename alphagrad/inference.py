@@ -132,14 +132,18 @@ def _chain() -> Graph:
     return trace(f, jnp.float32(0.5))
 
 
-def compile_kernels(make_player=None) -> float:
+def compile_kernels(make_player=None, note: bool = False) -> float:
     """Runs each compiled kernel of the schedule once on a small chain: numba compiles
     them the first time on a machine (seconds; then it loads them from its disk cache) and
     the network's rollout with them, so that a budget measures search, not compilation.
-    Once per process; returns the seconds spent (0 when already done)."""
+    Once per process (``note``: say so on stderr); returns the seconds spent (0 when
+    already done)."""
     todo = {"search"} | ({"network"} if make_player is not None else set())
     if todo <= _COMPILED:
         return 0.0
+    if note:
+        print("alphagrad order: compiling kernels (once per process; the first time on a machine "
+              "takes longer, then numba's disk cache serves them)", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     import numpy as np
 
@@ -175,10 +179,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    if progress and not {"search", "network"} <= _COMPILED:
-        print("alphagrad order: compiling kernels (once per process; the first time on a machine "
-              "takes longer, then numba's disk cache serves them)", file=sys.stderr, flush=True)
-    compile_s = compile_kernels(make_player)
+    compile_s = compile_kernels(make_player, note=progress)
     ev = Evaluator(graph, "exact")
     history: list = []
     best: list = [None, None, None]  # cost, order, stage
