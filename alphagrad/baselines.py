@@ -40,6 +40,8 @@ EXACT_LIMIT = 10
 #: start order's mean cost per eliminated vertex (a move re-prices a few eliminations,
 #: so this scale fits graphs of every size; measured on chained RoeFlux graphs).
 T_START, T_END = 3.0, 0.05
+
+
 def temperatures(cost: int, n: int) -> tuple[float, float]:
     """:func:`anneal`'s start and end temperatures for an order of ``n`` vertices costing
     ``cost``: :data:`T_START` and :data:`T_END` times its mean cost per vertex (at least
@@ -159,7 +161,7 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
     return order
 
 
-def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, best, min_chunk_s=0.0):
+def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, min_chunk_s=0.0):
     """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
     in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
     measured speed, never past the end) with the temperature following the elapsed
@@ -281,7 +283,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders, so the rest's + the prefix's
         return fixed + ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, start_cost, MIN_CHUNK_S)
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, MIN_CHUNK_S)
     _check_cap(best)
     return [int(v) for v in prefix] + [int(v) for v in best_order]
 
@@ -307,7 +309,7 @@ def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention
                                                        t_from, t_to, moves, chunk_seed)
         return state["best"]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, state["best"])
+    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress)
     _check_cap(best)
     return [int(v) for v in best_order]
 
