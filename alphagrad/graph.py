@@ -139,7 +139,7 @@ class Graph:
             "edges": [
                 [e.src, e.dst, list(e.structure.out_vars), list(e.structure.in_vars),
                  None if e.structure.value_vars is None else list(e.structure.value_vars),
-                 e.structure.sign]
+                 e.structure.sign] + ([e.structure.index_map] if e.structure.index_map else [])
                 for e in self.edges
             ],
         }
@@ -293,6 +293,7 @@ class Graph:
                 st.Structure(
                     tuple(d["out_shape"]), tuple(d["in_shape"]), tuple(d["out_vars"]),
                     tuple(d["in_vars"]), None if vv is None else tuple(vv), int(d["sign"]),
+                    d.get("index_map") or "",  # absent in datasets made before index maps
                 )
             )
         shapes = tuple(tuple(int(n) for n in s) for s in arrays["shapes"])

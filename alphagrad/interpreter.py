@@ -79,11 +79,14 @@ def _edge_value(graph: Graph, e, slots: dict):
             continue
         step = program.steps[step_id]
         s = prim.structures(step.equation, argnum)[outnum]
-        value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
+        if s.index_map:
+            value = prim.map_value(step.equation, argnum, outnum, s)
+        else:
+            value = prim.local_value(step.equation, argnum, outnum, s, [read(r) for r in step.inputs])
         s, value = program.refined(s, value, e.src, e.dst)
         if e.structure.value_vars is not None:
             value = _embed_value(s, value, e.structure)
-            total = value if total is None else total + value
+            total = value if total is None else _add_values(total, value)
     return total  # None for an output copy (identity) or a structure without value
 
 
@@ -126,7 +129,21 @@ def _join_values(so, vo, sp, vp, sj):
     layout of their join ``sj`` (no multiplications)."""
     if sj.value_vars is None:
         return vp
-    return _embed_value(so, vo, sj) + _embed_value(sp, vp, sj)
+    return _add_values(_embed_value(so, vo, sj), _embed_value(sp, vp, sj))
+
+
+def _add_values(a, b):
+    """``a + b`` in one layout, where an index map embedded by :func:`_embed_value` (a
+    static array) is added at its nonzeros, not as a constant array. A value, never static:
+    only an index map's value is."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return jnp.asarray(a + b, jnp.float32)
+    if isinstance(a, np.ndarray):
+        a, b = b, a
+    if isinstance(b, np.ndarray):
+        where = np.nonzero(b)
+        return a.at[where].add(jnp.asarray(b[where], a.dtype))
+    return a + b
 
 
 def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st.product_value, on_vertex=None):
@@ -242,18 +259,25 @@ def _forward(graph: Graph, needed: tuple, leaves):
     return {s: slots[s] for s in needed}, outputs
 
 
-def _run_chunk(graph: Graph, chunk: _Chunk, counts: list, c: int, carried: list, slots: list):
+def _run_chunk(graph: Graph, chunk: _Chunk, counts: list, statics: dict, c: int, carried: list, slots: list):
     """Eliminates ``chunk.order`` on the carried values (in ``chunk.carried``'s order) and
     the local Jacobians it evaluates from ``slots`` (in ``chunk.slots``' order); returns
     the values of ``chunk.results``. Records the multiplications the products issued
-    (known when traced) in ``counts[c]``."""
-    edges = {key: (s, v) for (key, s), v in zip(chunk.carried.items(), carried)}
+    (known when traced) in ``counts[c]``. Index maps' static tables pass between chunks
+    in ``statics`` (by edge; None in their place among the values)."""
+    edges = {key: (s, statics[key] if s.index_map else v) for (key, s), v in zip(chunk.carried.items(), carried)}
     slots = dict(zip(chunk.slots, slots))
     for e in chunk.initial:
         edges[(e.src, e.dst)] = (e.structure, _edge_value(graph, e, slots))
     edges, mults = _eliminate(graph, chunk.order, edges, _join_values)
     counts[c] = mults
-    return [edges[key][1] for key in chunk.results]
+    results = []
+    for key in chunk.results:
+        value = edges[key][1]
+        if isinstance(value, np.ndarray):
+            statics[key], value = value, None
+        results.append(value)
+    return results
 
 
 def _release_memory():
@@ -283,6 +307,7 @@ class _Chunked:
     def __init__(self, graph: Graph, order: Sequence[int], max_products: int, layout=None):
         self.chunks, self.remaining = _plan(graph, order, max_products)
         self.counts = [None] * len(self.chunks)
+        self.statics: dict = {}
         self.compiled = [None] * len(self.chunks)
         pending = {(e.src, e.dst): e for e in graph.edges}
         for chunk in self.chunks:
@@ -292,13 +317,14 @@ class _Chunked:
         self.last_slots = tuple(sorted(set().union(*[_edge_slots(graph, e) for e in self.last])))
         needed = set(self.last_slots).union(*[c.slots for c in self.chunks])
         self.forward = jax.jit(functools.partial(_forward, graph, tuple(sorted(needed))))
-        self.steps = [jax.jit(functools.partial(_run_chunk, graph, chunk, self.counts, c))
+        self.steps = [jax.jit(functools.partial(_run_chunk, graph, chunk, self.counts, self.statics, c))
                       for c, chunk in enumerate(self.chunks)]
         self.layout = layout
         self.finish = jax.jit(functools.partial(self._finish, graph, layout))
 
     def _finish(self, graph, layout, carried, slots, outputs, leaves):
-        edges = {key: (s, carried[key]) for key, s in self.remaining.items() if key in carried}
+        edges = {key: (s, self.statics[key] if s.index_map else carried[key])
+                 for key, s in self.remaining.items() if key in carried}
         for e in self.last:
             edges[(e.src, e.dst)] = (e.structure, _edge_value(graph, e, slots))
         if layout is None:
@@ -328,7 +354,8 @@ class _Chunked:
         if self.layout is not None:
             return result
         values, outputs = result
-        return {key: (s, values[key]) for key, s in self.remaining.items()}, outputs, self.multiplications
+        return ({key: (s, self.statics[key] if s.index_map else values[key]) for key, s in self.remaining.items()},
+                outputs, self.multiplications)
 
 
 def _large(graph: Graph, order: Sequence[int], layout):
@@ -358,6 +385,8 @@ def executed_multiplications(f: Callable, order, *args) -> int:
     count = []
 
     def placeholder(s):
+        if s.index_map:  # a table of zeros: the products' shapes, nothing gathered
+            return np.zeros(s.value_shape, np.int8)
         return None if s.value_vars is None else jnp.zeros(s.value_shape, jnp.float32)
 
     def join(so, vo, sp, vp, sj):  # the join's value shape, nothing computed
@@ -506,9 +535,12 @@ def _spread(value, positions, shape, mask):
 
 
 def _embed_value(src: st.Structure, value, dst: st.Structure):
-    """``structure.embed_value(src, value, dst)`` without a gather."""
+    """``structure.embed_value(src, value, dst)`` without a gather (an index map's table:
+    statically, with its sign)."""
     if src == dst:
         return value
+    if isinstance(value, np.ndarray):
+        return st.embed_value(src, value.astype(np.int64), dst, xp=np)
     shape = dst.value_shape
     gather, masks = st.embed_index(src, dst)
     grid = np.indices(shape, sparse=True) if shape else []
@@ -528,7 +560,7 @@ def _to_dense(s: st.Structure, value=None):
     _, mask, first = st.dense_layout(s)
     if s.value_vars is None:
         return jnp.where(jnp.asarray(mask), float(s.sign), 0.0)
-    value = jnp.asarray(value)
+    value = jnp.asarray(st.signed(s, value))
     if tuple(value.shape) != s.value_shape:
         raise ValueError(f"value has shape {value.shape}, structure needs {s.value_shape}")
     return _spread(value, [first[v] for v in s.value_vars], shape, mask)

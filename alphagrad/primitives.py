@@ -156,7 +156,7 @@ def _reshape(eqn, argnum):
     return [
         st.make(
             out, inn, [out_vars[d] for d in range(len(out))], [in_vars[t] for t in range(len(inn))],
-            values if values else None,
+            values if values else None, index_map="perm" if values else "",
         )
     ]
 
@@ -176,9 +176,11 @@ def _reduce_choose(eqn, argnum):
     return [st.make(eqn.out_shapes[0], inn, kept, range(len(inn)), range(len(inn)))]
 
 
-def _axiswise(axes_of: Callable[[Equation, int], set]):
-    """Ops that map an operand to the result with a 0/1 (or triangular) index map on some
-    axis pairs and a delta on all others (slice, pad, concatenate, rev, cumsum, ...)."""
+def _axiswise(axes_of: Callable[[Equation, int], set], index_map: str = "perm"):
+    """Ops that map an operand to the result with a 0/1 index map on some axis pairs and a
+    delta on all others (slice, pad, concatenate, rev, ...): a map of the kind
+    ``index_map`` (see ``Structure.index_map``), or a value where it is "" (cumulative
+    ops)."""
 
     def rule(eqn, argnum):
         results = []
@@ -188,7 +190,8 @@ def _axiswise(axes_of: Callable[[Equation, int], set]):
             out_vars = [("o", d) if d in axes else d for d in range(len(out))]
             in_vars = [("i", t) if t in axes else t for t in range(len(inn))]
             vals = [("o", d) for d in axes] + [("i", t) for t in axes]
-            results.append(st.make(out, inn, out_vars, in_vars, vals if vals else None))
+            results.append(st.make(out, inn, out_vars, in_vars, vals if vals else None,
+                                   index_map=index_map if vals else ""))
         return results
 
     return rule
@@ -224,7 +227,7 @@ def _pad(eqn, argnum):
         return _axiswise(_pad_axes)(eqn, 0)
     # the padding value: its Jacobian is 0/1 on the padded cells
     out = eqn.out_shapes[0]
-    return [st.make(out, (), range(len(out)), (), range(len(out)))]
+    return [st.make(out, (), range(len(out)), (), range(len(out)), index_map="row")]
 
 
 def _concatenate(eqn, argnum):
@@ -236,7 +239,7 @@ def _stack(eqn, argnum):
     axis = eqn.params["axis"] % len(eqn.out_shapes[0])
     out = eqn.out_shapes[0]
     in_vars = [d for d in range(len(out)) if d != axis]
-    return [st.make(out, eqn.in_shapes[argnum], range(len(out)), in_vars, [axis])]
+    return [st.make(out, eqn.in_shapes[argnum], range(len(out)), in_vars, [axis], index_map="perm")]
 
 
 def _split(eqn, argnum):
@@ -246,44 +249,55 @@ def _split(eqn, argnum):
     for out in eqn.out_shapes:
         out_vars = [("o", d) if d == axis else d for d in range(len(out))]
         in_vars = [("i", t) if t == axis else t for t in range(len(inn))]
-        results.append(st.make(out, inn, out_vars, in_vars, [("o", axis), ("i", axis)]))
+        results.append(st.make(out, inn, out_vars, in_vars, [("o", axis), ("i", axis)], index_map="perm"))
     return results
 
 
 def _cumulative(eqn, argnum):
-    return _axiswise(lambda e, a: {e.params["axis"]})(eqn, argnum)
+    return _axiswise(lambda e, a: {e.params["axis"]}, index_map="")(eqn, argnum)
+
+
+#: The index operands of indexing ops: an op whose indices are constants of the trace
+#: (``trace`` evaluates those computed from constants) is an index map.
+INDEX_OPERANDS = {"gather": slice(1, None), "dynamic_slice": slice(1, None), "dynamic_update_slice": slice(2, None),
+                  "scatter-add": slice(1, 2), "scatter_add": slice(1, 2)}
+
+
+def _literal_indices(eqn) -> bool:
+    """Whether the index operands of ``eqn`` are all constants of the trace."""
+    return all(lit is not None for lit in eqn.in_literals[INDEX_OPERANDS[eqn.name]])
 
 
 def _dynamic_slice(eqn, argnum):
     if argnum != 0:
         return [None]
-    return _axiswise(_changed_axes)(eqn, argnum)
+    return _axiswise(_changed_axes, "perm" if _literal_indices(eqn) else "")(eqn, argnum)
 
 
 def _dynamic_update_slice(eqn, argnum):
     if argnum == 0:  # the operand survives outside the updated window: a 0/1 diagonal
         return _elementwise()(eqn, argnum)
     if argnum == 1:
-        return _axiswise(_changed_axes)(eqn, argnum)
+        return _axiswise(_changed_axes, "perm" if _literal_indices(eqn) else "")(eqn, argnum)
     return [None]
 
 
-def _dense(eqn, argnum):
+def _dense(eqn, argnum, index_map=""):
     """A dense value over every axis: gather/scatter whose index structure is static."""
     out, inn = eqn.out_shapes[0], eqn.in_shapes[argnum]
     ov, iv = [("o", d) for d in range(len(out))], [("i", t) for t in range(len(inn))]
-    return [st.make(out, inn, ov, iv, ov + iv)]
+    return [st.make(out, inn, ov, iv, ov + iv, index_map=index_map)]
 
 
 def _gather(eqn, argnum):
-    return _dense(eqn, argnum) if argnum == 0 else [None]
+    return _dense(eqn, argnum, "row" if _literal_indices(eqn) else "") if argnum == 0 else [None]
 
 
 def _scatter_add(eqn, argnum):
     if argnum == 0:
         return _identity(eqn, 0)
     if argnum == 2:
-        return _dense(eqn, argnum)
+        return _dense(eqn, argnum, "col" if _literal_indices(eqn) else "")
     return [None]
 
 
@@ -412,6 +426,7 @@ RULES.update(
         "slice": _operand_only(_axiswise(_slice_axes)),
         "pad": _pad,
         "rev": _axiswise(lambda e, a: set(e.params["dimensions"])),
+        "tile": _axiswise(lambda e, a: {t for t, r in enumerate(e.params["reps"]) if r != 1}, "row"),
         "dynamic_slice": _dynamic_slice,
         "dynamic_update_slice": _dynamic_update_slice,
         "gather": _gather,
@@ -445,6 +460,37 @@ def structures(eqn: Equation, argnum: int) -> list:
 
 # --------------------------------------------------------------------------------------
 # Values.
+
+
+def map_value(eqn: Equation, argnum: int, outnum: int, s: st.Structure) -> np.ndarray:
+    """The 0/1 table of an index-map structure (``s.index_map``) over ``s.value_vars``:
+    static (shapes, parameters and constant indices only). A row map applies the
+    primitive to the operand's element numbers, with -1 in every other differentiable
+    operand; a column map (a scatter-add) probes the linear primitive at zeros."""
+    inn = eqn.in_shapes[argnum]
+    if not st.MAP_KINDS[s.index_map][0]:
+        zeros = [np.zeros(shape, dtype) if lit is None else np.asarray(lit)
+                 for shape, dtype, lit in zip(eqn.in_shapes, eqn.in_dtypes, eqn.in_literals)]
+        with jax.ensure_compile_time_eval():
+            return np.asarray(local_value(eqn, argnum, outnum, s, zeros)).astype(np.int8)
+    operands = []
+    for k, (shape, dtype) in enumerate(zip(eqn.in_shapes, eqn.in_dtypes)):
+        if k == argnum:
+            operands.append(np.arange(int(np.prod(inn)), dtype=np.int32).reshape(inn))
+        elif is_float(dtype) or eqn.in_literals[k] is None:
+            operands.append(np.full(shape, -1, np.int32))
+        else:
+            operands.append(np.asarray(eqn.in_literals[k]))
+    with jax.ensure_compile_time_eval():
+        source = np.asarray(eqn.bind(*operands)[outnum])  # input element of each output, or not one
+    sizes = s.var_sizes()
+    grid = np.indices([sizes[v] for v in s.value_vars], sparse=True) if s.value_vars else []
+    at = lambda var, n: grid[s.value_vars.index(var)] if n != 1 and var in s.value_vars else 0
+    picked = source[tuple(at(v, n) for v, n in zip(s.out_vars, s.out_shape))]
+    flat, stride = 0, 1
+    for v, n in reversed(list(zip(s.in_vars, s.in_shape))):
+        flat, stride = flat + at(v, n) * stride, stride * n
+    return np.broadcast_to(picked == flat, s.value_shape).astype(np.int8)
 
 
 def local_value(eqn: Equation, argnum: int, outnum: int, s: st.Structure, operands: list):

@@ -45,6 +45,9 @@ from typing import Hashable, Sequence
 import numpy as np
 
 CONVENTIONS = ("exact", "published")
+#: Kinds of index map (``Structure.index_map``) and what each guarantees: at most one
+#: entry per output row, at most one per input column. "" is no map.
+MAP_KINDS = {"": (False, False), "row": (True, False), "col": (False, True), "perm": (True, True)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +61,14 @@ class Structure:
       in_vars: one variable id per axis of ``u``.
       value_vars: sorted variable ids the value tensor is indexed by (its axis order), or
         ``None`` when the Jacobian is ``sign`` times its delta pattern (no values).
-      sign: +1 or -1; only meaningful when ``value_vars is None``.
+      sign: +1 or -1; only meaningful when ``value_vars is None`` or ``index_map``.
+      index_map: ``""``, or the kind of static 0/1 map the value is (its entries times
+        ``sign``): ``"row"``, every output entry is at most one input entry (a gather:
+        tile, gather with constant indices); ``"col"``, every input entry goes to at most
+        one output entry (a scatter-add with constant indices); ``"perm"``, both (slice,
+        pad, concatenate, reverse, ...). A product with a map is a gather or a
+        scatter-add of the other factor (no multiplication); two maps of a kind compose
+        into one (see :data:`MAP_KINDS`).
 
     Build instances with :func:`make`, which puts them in canonical form, so that two
     equal Jacobian structures compare and hash equal.
@@ -70,6 +80,7 @@ class Structure:
     in_vars: tuple[int, ...]
     value_vars: tuple[int, ...] | None
     sign: int = 1
+    index_map: str = ""
 
     @property
     def has_value(self) -> bool:
@@ -103,7 +114,8 @@ class Structure:
         if self.value_vars is None:
             val = "+1" if self.sign > 0 else "-1"
         else:
-            val = "V[" + "".join(name(v) for v in self.value_vars) + "]"
+            kind = ("-" if self.sign < 0 else "") + ("M" if self.index_map else "V")
+            val = kind + "[" + "".join(name(v) for v in self.value_vars) + "]"
         return f"{out}<-{inn}:{val}"
 
 
@@ -114,12 +126,14 @@ def make(
     in_vars: Sequence[Hashable],
     value_vars: Sequence[Hashable] | None,
     sign: int = 1,
+    index_map: str = "",
 ) -> Structure:
     """Builds a canonical :class:`Structure` from variables of any hashable type.
 
     Variables are renumbered by first appearance (output axes, then input axes); each
     size-1 axis gets a fresh variable that no value depends on; ``value_vars`` are
-    sorted. Raises ValueError if an axis shared by a variable has a different size.
+    sorted; ``index_map`` (a kind of map, see :class:`Structure`) needs a value and keeps
+    its ``sign``. Raises ValueError if an axis shared by a variable has a different size.
     """
     out_shape, in_shape = tuple(int(n) for n in out_shape), tuple(int(n) for n in in_shape)
     if len(out_vars) != len(out_shape) or len(in_vars) != len(in_shape):
@@ -127,18 +141,22 @@ def make(
     labels, ids, sizes = _canonical(out_shape, in_shape, out_vars, in_vars)
     canon = [ids[lab] for lab in labels]
     k = len(out_shape)
+    if sign not in (1, -1):
+        raise ValueError("sign must be +1 or -1")
+    if index_map not in MAP_KINDS:
+        raise ValueError(f"index_map must be one of {sorted(MAP_KINDS)}, not {index_map!r}")
     if value_vars is None:
         values = None
-        if sign not in (1, -1):
-            raise ValueError("sign must be +1 or -1")
+        if index_map:
+            raise ValueError("an index map needs its value variables")
     else:
         on_axes = set(out_vars) | set(in_vars)
         missing = [v for v in value_vars if v not in on_axes]
         if missing:
             raise ValueError(f"value variables {missing} are on no axis")
         values = tuple(sorted({ids[v] for v in value_vars if v in sizes}))
-        sign = 1
-    return Structure(out_shape, in_shape, tuple(canon[:k]), tuple(canon[k:]), values, sign)
+        sign = sign if index_map else 1
+    return Structure(out_shape, in_shape, tuple(canon[:k]), tuple(canon[k:]), values, sign, index_map)
 
 
 def _canonical(out_shape, in_shape, out_vars, in_vars):
@@ -203,7 +221,7 @@ def refine(s: Structure, out_digits: Sequence[Sequence[int]], in_digits: Sequenc
     values = None if s.value_vars is None else [(v, k) for v in s.value_vars for k in range(len(split[v]))]
     return make([n for dg in out_digits for n in dg], [n for dg in in_digits for n in dg],
                 labels(s.out_vars, s.out_shape, out_digits, "o"), labels(s.in_vars, s.in_shape, in_digits, "i"),
-                values, s.sign)
+                values, s.sign, s.index_map)
 
 
 def relabel_digits(out_digits: Sequence[Sequence[int]], in_digits: Sequence[Sequence[int]]) -> Structure:
@@ -256,12 +274,14 @@ class Product:
         interpreter: ``(a_labels, b_labels, out_labels)`` with labels as ints, where a
         factor without value has ``None`` labels. ``scale`` multiplies the result (the
         size of summed variables that no factor depends on, times the signs).
+      maps: whether each factor is an index map (its value a static 0/1 table).
     """
 
     result: Structure
     cost: dict
     einsum: tuple
     scale: int
+    maps: tuple = (False, False)
 
 
 def compose(a: Structure, b: Structure) -> Product:
@@ -293,6 +313,17 @@ def compose(a: Structure, b: Structure) -> Product:
         else:
             result = make(a.out_shape, b.in_shape, out_roots, in_roots, ())
         cost = {"exact": 0, "published": 1}
+    elif a.index_map or b.index_map:
+        # A gather or scatter-add of the other factor: no multiplication (but a constant
+        # scale of the result, if any). Two maps of a kind give one; else a value.
+        res_vals = sorted((in_values & on_result), key=repr)
+        (row_a, col_a), (row_b, col_b) = _map_kind(a), _map_kind(b)
+        kind = {(True, True): "perm", (True, False): "row", (False, True): "col"}.get(
+            (row_a and row_b, col_a and col_b), "") if scale == 1 else ""
+        result = make(a.out_shape, b.in_shape, out_roots, in_roots, res_vals,
+                      sign if kind else 1, kind)
+        scaling = result.value_size if scale != 1 else 0
+        cost = {"exact": scaling, "published": scaling}
     else:
         res_vals = sorted((in_values & on_result), key=repr)
         result = make(a.out_shape, b.in_shape, out_roots, in_roots, res_vals)
@@ -314,7 +345,21 @@ def compose(a: Structure, b: Structure) -> Product:
         result.value_vars,
     )
     # A result with no value but a non-unit constant keeps it in `scale`.
-    return Product(result, cost, einsum, sign * scale)
+    return Product(result, cost, einsum, sign * scale, (bool(a.index_map), bool(b.index_map)))
+
+
+def _map_kind(s: Structure) -> tuple:
+    """``(row, col)``: whether every output entry of ``s`` is +-1 times at most one input
+    entry, and every input entry reaches at most one output entry. An index map says so;
+    a pattern without value is a row map unless it sums (an input-only variable) and a
+    column map unless it broadcasts (an output-only variable); a value is neither."""
+    if s.index_map:
+        return MAP_KINDS[s.index_map]
+    if s.value_vars is not None:
+        return False, False
+    only = lambda these, those: any(n != 1 and v not in set(those) for v, n in these)
+    return (not only(zip(s.in_vars, s.in_shape), s.out_vars),
+            not only(zip(s.out_vars, s.out_shape), s.in_vars))
 
 
 class _Labeller:
@@ -422,7 +467,7 @@ def to_dense(s: Structure, value=None, xp=np):
     grid, mask, first = dense_layout(s)
     if s.value_vars is None:
         return xp.where(xp.asarray(mask), float(s.sign), 0.0)
-    value = xp.asarray(value)
+    value = xp.asarray(signed(s, value))
     if tuple(value.shape) != s.value_shape:
         raise ValueError(f"value has shape {value.shape}, structure needs {s.value_shape}")
     idx = tuple(grid[first[v]] for v in s.value_vars)
@@ -431,7 +476,15 @@ def to_dense(s: Structure, value=None, xp=np):
 
 
 # --------------------------------------------------------------------------------------
-# Values: what the interpreter executes for a product and a sum.
+# Values: what the interpreter executes for a product and a sum. An index map's value is
+# its static 0/1 table (a NumPy array; the structure holds the sign); every other value
+# is an array of the computation.
+
+
+def signed(s: Structure, value):
+    """The entries of ``s``'s Jacobian that ``value`` holds: an index map's table times
+    its sign, any other value as it is."""
+    return -value if s.index_map and s.sign < 0 else value
 
 
 def product_value(p: Product, a_value, b_value, xp=None):
@@ -452,6 +505,8 @@ def product_value(p: Product, a_value, b_value, xp=None):
     la, lb, lout = p.einsum
     if lout is None:
         return None, 0
+    if any(p.maps):
+        return _map_product(p, a_value, b_value, xp)
     sizes: dict = {}
     mults = 0
     operands = [(v, l) for v, l in ((a_value, la), (b_value, lb)) if l is not None]
@@ -476,6 +531,188 @@ def product_value(p: Product, a_value, b_value, xp=None):
     if p.scale < 0:
         value = -value
     return value, mults
+
+
+def _map_product(p: Product, a_value, b_value, xp):
+    """:func:`product_value` where a factor is an index map (a static 0/1 table): the
+    other factor gathered at the table's nonzeros and added into place (no
+    multiplication, except the constant ``scale`` of a result that is no map)."""
+    la, lb, lout = p.einsum
+    factors = list(zip((a_value, b_value), (la, lb), p.maps))
+    static = [(np.asarray(v), l) for v, l, m in factors if m]
+    other = [(v, l) for v, l, m in factors if l is not None and not m]
+    if len(static) == 2:
+        table = np.einsum(static[0][0], list(static[0][1]), static[1][0], list(static[1][1]), list(lout))
+    elif not other:
+        table = np.einsum(static[0][0], list(static[0][1]), list(lout))
+    else:
+        table = None
+    if p.result.index_map:  # two maps of a kind compose into one: 0/1, the sign in the structure
+        if table is None or table.max(initial=0) > 1:
+            raise AssertionError("a product of two maps of a kind must be a 0/1 map")
+        return table.astype(np.int8), 0
+    if table is not None:
+        value = xp.asarray(table, np.float32)
+    else:
+        value = _gather_add(other[0][0], other[0][1], static[0][0], static[0][1], lout, xp)
+    mults = 0
+    if abs(p.scale) != 1:
+        value = value * float(abs(p.scale))
+        mults = math.prod(value.shape)
+    return (-value if p.scale < 0 else value), mults
+
+
+def _gather_add(x, lx, table, lt, lout, xp):
+    """``einsum(x, lx, table, lt, lout)`` for a static 0/1 ``table``: ``x`` read at the
+    table's nonzeros, summed over its labels that leave, and put (added where two land on
+    one place) at the nonzeros' coordinates of the labels that stay. Where the nonzeros
+    run through a strided window of either side's axes (slices, pads, reverses,
+    concatenates), reading is a strided slice and putting a pad with zeros, which XLA
+    fuses; elsewhere a gather and a scatter."""
+    if not lt:  # a 0-d table: the other factor, or nothing
+        summed = xp.einsum(x, list(lx), list(lout))
+        return summed if table else xp.zeros_like(summed)
+    nz = dict(zip(lt, np.nonzero(table)))
+    size = dict(zip(lt, table.shape))
+    size.update(zip(lx, x.shape))
+    shared = [l for l in lx if l in nz]
+    free = [l for l in lx if l not in nz]
+    x = xp.transpose(x, [lx.index(l) for l in shared + free])
+    count = len(next(iter(nz.values())))
+    read = _window([nz[l] for l in shared])
+    if not shared:
+        got = xp.broadcast_to(x, (count,) + x.shape)
+    elif read is not None:
+        got = xp.reshape(x[tuple(slice(a, a + k * d if a + k * d >= 0 else None, d) for a, k, d in read)],
+                         (count,) + x.shape[len(shared):])
+    else:
+        got = x[tuple(nz[l] for l in shared)]
+    gone = [1 + k for k, l in enumerate(free) if l not in lout]
+    if gone:
+        got = xp.sum(got, axis=tuple(gone))
+    kept = [l for l in free if l in lout]
+    placed = [l for l in lout if l not in kept]
+    put = _window([nz[l] for l in placed])
+    spread = None if put is not None else _spread_window(placed, nz, size, count)
+    if put is not None:
+        out = _pad_window(xp.reshape(got, [k for _, k, _ in put] + list(got.shape[1:])), put,
+                          [size[l] for l in placed], xp)
+    elif spread is not None:  # a window of some placed labels, the others follow them
+        window, runs, rest, mask = spread
+        mask = mask(xp)
+        v = _pad_window(xp.reshape(got, [k for _, k, _ in runs] + list(got.shape[1:])), runs,
+                        [size[l] for l in window], xp)
+        v = xp.reshape(v, v.shape[:len(window)] + (1,) * len(rest) + v.shape[len(window):])
+        mask = mask.reshape(mask.shape + (1,) * (v.ndim - mask.ndim))
+        out = xp.where(mask, v, xp.zeros((), v.dtype))
+        placed = window + rest
+    else:
+        n = math.prod(size[l] for l in placed)
+        flat = np.ravel_multi_index([nz[l] for l in placed], [size[l] for l in placed]) if placed else np.zeros(count, np.int64)
+        alone = len(np.unique(flat)) == count
+        if alone and 2 * count >= n:  # each lands alone, most places filled: a gather from a zero-padded copy
+            where = np.full(n, count)
+            where[flat] = np.arange(count)
+            padded = xp.concatenate([got, xp.zeros((1,) + got.shape[1:], got.dtype)])
+            out = padded[where]
+        else:  # few places filled, or several per place
+            out = xp.zeros((n,) + got.shape[1:], got.dtype)
+            if xp is np:
+                np.add.at(out, flat, got)
+            else:
+                out = out.at[flat].set(got, unique_indices=True) if alone else out.at[flat].add(got)
+        out = xp.reshape(out, [size[l] for l in placed] + list(got.shape[1:]))
+    current = placed + kept
+    return xp.transpose(out, [current.index(l) for l in lout])
+
+
+def _window(coords: list) -> list | None:
+    """``[(start, count, step)]`` per axis if the coordinate arrays ``coords`` enumerate a
+    strided window of those axes in row-major order (each axis an arithmetic
+    progression, possibly descending), else None."""
+    if not coords or len(coords[0]) == 0:
+        return None
+    runs, axes = [], []
+    for c in coords:
+        first = np.sort(np.unique(c, return_index=True)[1])
+        vals = c[first]  # in order of appearance
+        step = int(vals[1] - vals[0]) if len(vals) > 1 else 1
+        if np.any(np.diff(vals) != step):
+            return None
+        runs.append((int(vals[0]), len(vals), step))
+        axes.append(vals)
+    grid = np.meshgrid(*axes, indexing="ij")
+    if grid[0].size != len(coords[0]) or any(np.any(g.ravel() != c) for g, c in zip(grid, coords)):
+        return None
+    return runs
+
+
+def _spread_window(placed, nz, size, count):
+    """For placing values at the nonzeros' coordinates of ``placed`` labels without a
+    gather: ``(window, runs, rest, mask)`` where the coordinates of the ``window`` labels
+    run through a strided window one nonzero per place (``runs``, see :func:`_window`),
+    the ``rest`` labels' coordinates follow from theirs, and ``mask(xp)`` (over ``window +
+    rest``, see :func:`_follow`) marks the nonzeros; None if no such split exists."""
+    import itertools
+
+    for k in range(1, len(placed)):
+        for window in itertools.combinations(placed, k):
+            runs = _window([nz[l] for l in window])
+            if runs is None or math.prod(c for _, c, _ in runs) != count:
+                continue
+            rest = [l for l in placed if l not in window]
+            return list(window), runs, rest, _follow(list(window), rest, nz, size)
+    return None
+
+
+def _follow(window, rest, nz, size):
+    """The static mask over ``window + rest`` labels marking the nonzeros: from iotas
+    where each ``rest`` coordinate is an affine function of one window coordinate (a
+    shifted or strided diagonal), else as a constant array."""
+    labels = window + rest
+    rules = []
+    for r in rest:
+        for w in window:
+            c, x = nz[r], nz[w]
+            b = (c[-1] - c[0]) // (x[-1] - x[0]) if x[-1] != x[0] else 0
+            if np.array_equal(c, c[0] + b * (x - x[0])):
+                rules.append((labels.index(r), labels.index(w), int(c[0] - b * x[0]), int(b)))
+                break
+        else:
+            mask = np.zeros([size[l] for l in labels], bool)
+            mask[tuple(nz[l] for l in labels)] = True
+            return lambda xp: mask
+    shape = [size[l] for l in labels]
+
+    def mask(xp):
+        iota = lambda k: xp.reshape(xp.arange(shape[k]), [n if j == k else 1 for j, n in enumerate(shape)])
+        out = None
+        for r, w, a, b in rules:
+            m = iota(r) == a + b * iota(w)
+            out = m if out is None else out & m
+        return xp.broadcast_to(out, shape)
+    return mask
+
+
+def _pad_window(v, runs, sizes, xp):
+    """Zeros of shape ``sizes + v.shape[len(runs):]`` with ``v`` in the strided window
+    ``runs`` (see :func:`_window`) of its leading axes: a pad (with interior zeros for
+    strides)."""
+    config = []
+    for axis, ((start, count, step), n) in enumerate(zip(runs, sizes)):
+        if step < 0:  # descending: reverse it
+            v = xp.flip(v, axis)
+            start, step = start + (count - 1) * step, -step
+        last = start + (count - 1) * step
+        config.append((start, n - 1 - last, step - 1))
+    config += [(0, 0, 0)] * (v.ndim - len(runs))
+    if xp is np:
+        out = np.zeros([n for n in sizes] + list(v.shape[len(runs):]), v.dtype)
+        out[tuple(slice(lo, lo + (k - 1) * (i + 1) + 1, i + 1) for (lo, _, i), k in zip(config, v.shape))] = v
+        return out
+    import jax
+
+    return jax.lax.pad(v, xp.zeros((), v.dtype), config)
 
 
 def _aligned(value, labels, out, xp):
@@ -503,6 +740,7 @@ def embed_value(src: Structure, value, dst: Structure, xp=None):
     if src.value_vars is None:
         vals = xp.asarray(float(src.sign))
     else:
+        value = signed(src, value)
         vals = value[tuple(grid[g] for g in gather)] if gather else value
     mask = np.ones(shape, dtype=bool)
     for group in masks:

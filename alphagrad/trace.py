@@ -137,7 +137,8 @@ class Program:
         r = refine_edge(self.vertex_digits, s, src, dst)
         if r is s or value is None or r.value_vars is None:
             return r, None if r.value_vars is None else value
-        return r, jnp.reshape(value, r.value_shape)
+        reshape = np.reshape if isinstance(value, np.ndarray) else jnp.reshape  # an index map's table stays static
+        return r, reshape(value, r.value_shape)
 
     def branches_at(self, leaves) -> tuple:
         """Per ``Graph.branches`` entry, the branch index taken at ``leaves`` (the
@@ -468,12 +469,19 @@ class _Builder:
         live = self.vertex_of if live is None else live
         name = primitive.name
         in_avals = [self.aval(i) for i in ins] if in_avals is None else in_avals
+        literals = [i[1] if isinstance(i, tuple) else None for i in ins]
+        for k in range(len(ins))[prim.INDEX_OPERANDS.get(name, slice(0))]:
+            if literals[k] is None and not self._live(ins[k], live):  # indices computed from constants
+                with jax.ensure_compile_time_eval():  # also when traced under jax.jit
+                    value, deps = self._concrete(ins[k])
+                static = not deps and value is not None and not isinstance(value, jax.core.Tracer)
+                literals[k] = np.asarray(value) if static else None
         e = prim.Equation(
             primitive=primitive,
             params=params,
             in_shapes=tuple(tuple(a.shape) for a in in_avals),
             in_dtypes=tuple(a.dtype for a in in_avals),
-            in_literals=tuple(i[1] if isinstance(i, tuple) else None for i in ins),
+            in_literals=tuple(literals),
             out_shapes=tuple(tuple(a.shape) for a in out_avals),
             out_dtypes=tuple(a.dtype for a in out_avals),
             source=source,

@@ -100,7 +100,7 @@ from alphagrad.examples import chain
 from data_gen import random_programs as rp
 
 #: Bumped whenever the rows a build writes change (columns, their meaning, the pipeline).
-SCHEMA_VERSION = 2  # 2: the `branches` column
+SCHEMA_VERSION = 3  # 2: the `branches` column; 3: index maps (`index_map` in structures)
 
 #: Cost convention of every cost column.
 CONVENTION = "exact"
@@ -429,7 +429,7 @@ COLUMN_DOCS = {
     "shapes": "per vertex, the shape of its value",
     "kinds": "per vertex: 0 input, 1 intermediate, 2 output",
     "edges": "`[src, dst, structure_index]` per edge, sorted by (dst, src)",
-    "structures": "JSON list of structure dicts (`out_shape, in_shape, out_vars, in_vars, value_vars, sign`)",
+    "structures": "JSON list of structure dicts (`out_shape, in_shape, out_vars, in_vars, value_vars, sign, index_map`)",
     "branches": "`[taken, count]` per lax.cond/switch whose branch depends on the arguments (in the fingerprint; usually empty)",
     "cost_forward": "multiplications of forward elimination (exact convention)",
     "cost_reverse": "multiplications of reverse elimination",

@@ -54,7 +54,10 @@ def _check_all_local_jacobians(f, *args):
                 a[argnum] = x
                 return step.equation.bind(*a)[outnum]
 
-            value = prim.local_value(step.equation, argnum, outnum, s, ops)
+            if s.index_map:  # its static table, as the interpreter reads it
+                value = prim.map_value(step.equation, argnum, outnum, s)
+            else:
+                value = prim.local_value(step.equation, argnum, outnum, s, ops)
             results.append((value, jax.jacfwd(fn)(ops[argnum])))
         return results
 

@@ -12,9 +12,27 @@ from alphagrad import structure as st
 
 
 def _random_value(s, rng):
-    if s.value_vars is None:
-        return None
-    return rng.standard_normal(s.value_shape)
+    """Normal entries for a value; for an index map, a random 0/1 table of its kind (at
+    most one entry per output row, per input column, or both)."""
+    if not s.index_map:
+        return None if s.value_vars is None else rng.standard_normal(s.value_shape)
+    sizes = s.var_sizes()
+    rows = [v for v in s.value_vars if v in s.out_vars]
+    cols = [v for v in s.value_vars if v not in s.out_vars]
+    nr, nc = int(np.prod([sizes[v] for v in rows])), int(np.prod([sizes[v] for v in cols]))
+    row_map, col_map = st.MAP_KINDS[s.index_map]
+    t = np.zeros((nr, nc), np.int8)
+    if row_map:
+        free = list(rng.permutation(nc))
+        for r in range(nr):
+            if rng.random() < 0.8 and (free or not col_map):
+                t[r, free.pop() if col_map else rng.integers(nc)] = 1
+    else:
+        for c in range(nc):
+            if rng.random() < 0.8:
+                t[rng.integers(nr), c] = 1
+    order = rows + cols
+    return np.transpose(t.reshape([sizes[v] for v in order]), [order.index(v) for v in s.value_vars])
 
 
 def _dense_product(a, b, da, db):
@@ -100,8 +118,44 @@ def test_compose_costs_of_classic_cases():
     assert st.join(diag_m, st.make((m,), (m,), ["o"], ["i"], ["o", "i"])).value_shape == (m, m)
 
 
-def _random_value(s, seed=0):
-    return None if s.value_vars is None else np.random.default_rng(seed).normal(size=s.value_shape)
+def test_products_with_maps_match_dense_products_with_no_multiplication():
+    rng = np.random.default_rng(3)
+    structs = [
+        st.make((3,), (7,), ["o"], ["i"], ["o", "i"], index_map="perm"),  # a slice
+        st.make((7,), (7,), ["o"], ["i"], ["o", "i"], -1, index_map="perm"),  # a negated permutation
+        st.make((7,), (3,), ["o"], ["i"], ["o", "i"], index_map="row"),  # a gather with repeats
+        st.make((3,), (7,), ["o"], ["i"], ["o", "i"], index_map="col"),  # a scatter-add
+        st.make((7,), (7,), ["o"], ["i"], ["o", "i"], index_map="col"),
+        st.make((3, 7), (3, 7), ["b", "o"], ["b", "i"], ["o", "i"], index_map="row"),  # batched
+        st.make((7,), (7,), [0], [0], [0]),  # elementwise
+        st.make((7,), (7,), [0], [1], [0, 1]),  # dense
+        st.make((3,), (3,), [0], [0], [0]),
+        st.make((3,), (7,), [0], [1], [0, 1]),
+        st.make((7,), (3,), [0], [1], None),  # a broadcast: a row map without value
+        st.make((3,), (7,), [0], [1], None),  # a sum: a column map without value
+        st.make((3, 7), (3, 7), [0, 1], [0, 1], [1]),
+        st.make((3, 7), (3, 7), [0, 1], [0, 1], None, -1),
+    ]
+    checked = maps = 0
+    for a in structs:
+        for b in structs:
+            if a.in_shape != b.out_shape or not (a.index_map or b.index_map):
+                continue
+            va, vb = _random_value(a, rng), _random_value(b, rng)
+            p = st.compose(a, b)
+            value, mults = st.product_value(p, va, vb, xp=jnp)
+            dense = lambda s, v: st.to_dense(s, v).reshape(int(np.prod(s.out_shape)), -1)
+            want = dense(a, va) @ dense(b, vb)
+            np.testing.assert_allclose(dense(p.result, np.asarray(value) if not isinstance(value, np.ndarray) else value),
+                                       want, atol=1e-6, err_msg=f"{a.describe()} . {b.describe()}")
+            assert mults == p.cost["exact"] == 0
+            if p.result.index_map:  # a map of the kind the structure says
+                d = np.abs(dense(p.result, value))
+                row_map, col_map = st.MAP_KINDS[p.result.index_map]
+                assert (not row_map or d.sum(1).max() <= 1) and (not col_map or d.sum(0).max() <= 1)
+                maps += 1
+            checked += 1
+    assert checked >= 40 and maps >= 10
 
 
 @pytest.mark.parametrize("s, out_digits, in_digits", [
@@ -114,7 +168,7 @@ def test_refine_is_the_same_jacobian_on_split_axes(s, out_digits, in_digits):
     """Splitting axes into mixed-radix digits changes the layout, not the Jacobian: the
     dense refined Jacobian with its value reshaped is the dense original, reshaped."""
     r = st.refine(s, out_digits, in_digits)
-    value = _random_value(s)
+    value = _random_value(s, np.random.default_rng(0))
     dense = st.to_dense(s, value)
     got = st.to_dense(r, None if value is None else value.reshape(r.value_shape))
     np.testing.assert_array_equal(got.reshape(dense.shape), dense)
