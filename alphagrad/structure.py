@@ -554,24 +554,12 @@ def _map_product(p: Product, a_value, b_value, xp):
     if table is not None:
         value = xp.asarray(table, np.float32)
     else:
-        value = _materialized(_gather_add(other[0][0], other[0][1], static[0][0], static[0][1], lout, xp), xp)
+        value = _gather_add(other[0][0], other[0][1], static[0][0], static[0][1], lout, xp)
     mults = 0
     if abs(p.scale) != 1:
         value = value * float(abs(p.scale))
         mults = math.prod(value.shape)
     return (-value if p.scale < 0 else value), mults
-
-
-def _materialized(value, xp):
-    """``value``, computed once however many products read it: XLA:CPU fuses chains of
-    pads, slices and elementwise products into each of their consumers and recomputes
-    them there (an annealed PendulumChain_RK4 order: 3.8 s a call at batch 512, 274 s to
-    compile), and drops ``optimization_barrier`` before fusing, but it never fuses a
-    reduction into its consumers. So a map product's value ends in a sum with zeros (an
-    addition per entry, no multiplication: 81 ms a call, 10 s to compile)."""
-    if xp is np:
-        return value
-    return xp.sum(xp.stack([value, xp.zeros_like(value)]), axis=0)
 
 
 def _gather_add(x, lx, table, lt, lout, xp):

@@ -325,10 +325,14 @@ def test_reshapes_that_merge_or_split_axes_are_free_and_exact(name):
     want = jax.jacrev(f, argnums=argnums)(*args)
     rng = np.random.default_rng(0)
     orders = ["fwd", "rev", "markowitz"] + [list(rng.permutation(g.intermediates)) for _ in range(3)]
+    # "chained" saturates tanh (arguments up to 6.8): tanh' = 1 - tanh^2 keeps a few bits
+    # there, and a few ulps of tanh (XLA's fused and unfused tanh differ) times _C24 (up
+    # to 23) move its ~1e-4 entries by up to ~1e-5
+    atol = 2e-5 if name == "chained" else 1e-6
     for order in orders:
         got = ag.jacobian(f, order, argnums=argnums)(*args)
         for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=atol)
         assert executed_multiplications(f, order, *args) == ag.cost(g, order)
     if classic is not None:
         assert [ag.cost(g, o) for o in ("fwd", "rev", "markowitz")] == [classic] * 3
