@@ -103,8 +103,10 @@ def _evaluate(graph: Graph, leaves) -> dict:
     program = graph.program
     slots = dict(zip(program.input_slots, leaves))
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
-    readers = collections.Counter(r for step in program.steps for r in step.inputs if not isinstance(r, tuple))
-    readers.update(r for e in graph.edges for r in _edge_slots(graph, e))
+    readers = collections.Counter()
+    if _depth(graph) >= SHARE_DEPTH:
+        readers.update(r for step in program.steps for r in step.inputs if not isinstance(r, tuple))
+        readers.update(r for e in graph.edges for r in _edge_slots(graph, e))
     for step in program.steps:
         for o, v in zip(step.outputs, step.equation.bind(*[read(r) for r in step.inputs])):
             slots[o] = _shared(v, readers[o])
@@ -149,6 +151,22 @@ def _add_values(a, b):
     return a + b
 
 
+#: Graphs at least this deep (longest path, in edges) compute a shared value once
+#: (:func:`_shared`). Shallower ones leave fusion to XLA: on the published tasks (depth
+#: 9-30, calls under a millisecond) the extra kernels gained nothing and measured up to
+#: 1.3x slower at batch 512 in side-by-side runs, while a 2-step PendulumChain_RK4
+#: (depth 48) went from 8.8 to 3.3 ms.
+SHARE_DEPTH = 40
+
+
+def _depth(graph: Graph) -> int:
+    """The number of edges on the longest path of ``graph``."""
+    depth = [0] * graph.num_vertices
+    for e in sorted(graph.edges, key=lambda e: e.dst):  # vertices are numbered in topological order
+        depth[e.dst] = max(depth[e.dst], depth[e.src] + 1)
+    return max(depth, default=0)
+
+
 def _shared(value, readers: int):
     """``value``, computed once if it is traced and ``readers`` >= 2 ops read it.
 
@@ -157,8 +175,7 @@ def _shared(value, readers: int):
     elimination, and drops ``optimization_barrier`` before fusing; it never fuses a
     reduction into its consumers. So a shared value is summed with zeros (one addition
     per entry, no multiplication). An annealed PendulumChain_RK4 order at batch 512:
-    3.8 s a call and 274 s to compile without, 24 ms and 18 s with (jacrev: 31 ms);
-    KalmanFilter_Scan 26 -> 32 ms, BundleAdjustBAL 163 -> 120 ms."""
+    3.8 s a call and 274 s to compile without, 24 ms and 18 s with (jacrev: 31 ms)."""
     if readers < 2 or not isinstance(value, jax.core.Tracer):  # op by op, or static
         return value
     return jnp.sum(jnp.stack([value, jnp.zeros_like(value)]), axis=0)
@@ -177,15 +194,17 @@ def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st
         preds[k].add(i)
         succs[i].add(k)
     mults = 0
+    deep = _depth(graph) >= SHARE_DEPTH
     for j in order:
         if on_vertex is not None:
             on_vertex(j, len(preds[j]) * len(succs[j]))
-        for i in preds[j]:  # each (i, j) is read by a product per successor, each (j, k) per predecessor
-            s, v = edges[(i, j)]
-            edges[(i, j)] = (s, _shared(v, len(succs[j])))
-        for k in succs[j]:
-            s, v = edges[(j, k)]
-            edges[(j, k)] = (s, _shared(v, len(preds[j])))
+        if deep:  # each (i, j) is read by a product per successor, each (j, k) per predecessor
+            for i in preds[j]:
+                s, v = edges[(i, j)]
+                edges[(i, j)] = (s, _shared(v, len(succs[j])))
+            for k in succs[j]:
+                s, v = edges[(j, k)]
+                edges[(j, k)] = (s, _shared(v, len(preds[j])))
         for i in sorted(preds[j]):
             sb, vb = edges.pop((i, j))
             for k in sorted(succs[j]):
