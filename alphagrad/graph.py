@@ -120,6 +120,18 @@ class Graph:
         return tuple(tuple(s) for s in succs)
 
     @functools.cached_property
+    def depths(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(down, up)``: per vertex, the number of edges on the longest path from any
+        input to it, and from it to any output (vertices are numbered topologically)."""
+        down = np.zeros(self.num_vertices, np.int64)
+        up = np.zeros(self.num_vertices, np.int64)
+        for e in sorted(self.edges, key=lambda e: e.dst):
+            down[e.dst] = max(down[e.dst], down[e.src] + 1)
+        for e in sorted(self.edges, key=lambda e: -e.src):
+            up[e.src] = max(up[e.src], up[e.dst] + 1)
+        return down, up
+
+    @functools.cached_property
     def structures(self) -> tuple:
         """The distinct edge structures, in order of first appearance."""
         return tuple(dict.fromkeys(e.structure for e in self.edges))

@@ -104,7 +104,7 @@ def _evaluate(graph: Graph, leaves) -> dict:
     slots = dict(zip(program.input_slots, leaves))
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
     readers = collections.Counter()
-    if _depth(graph) >= SHARE_DEPTH:
+    if graph.depths[0].max(initial=0) >= SHARE_DEPTH:
         readers.update(r for step in program.steps for r in step.inputs if not isinstance(r, tuple))
         readers.update(r for e in graph.edges for r in _edge_slots(graph, e))
     for step in program.steps:
@@ -151,20 +151,13 @@ def _add_values(a, b):
     return a + b
 
 
-#: Graphs at least this deep (longest path, in edges) compute a shared value once
-#: (:func:`_shared`). Shallower ones leave fusion to XLA: on the published tasks (depth
-#: 9-30, calls under a millisecond) the extra kernels gained nothing and measured up to
-#: 1.3x slower at batch 512 in side-by-side runs, while a 2-step PendulumChain_RK4
-#: (depth 48) went from 8.8 to 3.3 ms.
+#: Graphs at least this deep (longest path, in edges: ``Graph.depths``) compute a
+#: shared value once (:func:`_shared`). Shallower ones leave fusion to XLA: on the six
+#: published tasks ``eval.bench_jacobian`` times (depth 9-30, calls under a millisecond)
+#: the extra kernels gained nothing and measured up to 1.3x slower at batch 512 in
+#: side-by-side runs, while a 2-step PendulumChain_RK4 (depth 48) went from 8.8 to
+#: 3.3 ms. (Of the published tasks only Encoder, depth 69, is deeper.)
 SHARE_DEPTH = 40
-
-
-def _depth(graph: Graph) -> int:
-    """The number of edges on the longest path of ``graph``."""
-    depth = [0] * graph.num_vertices
-    for e in sorted(graph.edges, key=lambda e: e.dst):  # vertices are numbered in topological order
-        depth[e.dst] = max(depth[e.dst], depth[e.src] + 1)
-    return max(depth, default=0)
 
 
 def _shared(value, readers: int):
@@ -194,7 +187,7 @@ def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st
         preds[k].add(i)
         succs[i].add(k)
     mults = 0
-    deep = _depth(graph) >= SHARE_DEPTH
+    deep = graph.depths[0].max(initial=0) >= SHARE_DEPTH
     for j in order:
         if on_vertex is not None:
             on_vertex(j, len(preds[j]) * len(succs[j]))

@@ -46,19 +46,6 @@ def dynamic_features(raw, scale, xp=np):
                      (c == 0).astype(xp.float32)], -1)
 
 
-def _depths(V: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Longest path from any input to each vertex, and from each vertex to any output
-    (vertices are numbered topologically: every edge goes from a smaller id to a larger)."""
-    down = np.zeros(V, np.int64)
-    up = np.zeros(V, np.int64)
-    order = np.argsort(dst, kind="stable")
-    for e in order:
-        down[dst[e]] = max(down[dst[e]], down[src[e]] + 1)
-    for e in np.argsort(-src, kind="stable"):
-        up[src[e]] = max(up[src[e]], up[dst[e]] + 1)
-    return down, up
-
-
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     """The encoder's input for ``graph``: ``static [V, NUM_STATIC]`` and ``edge_features
     [E, NUM_EDGE]`` float32, ``src``/``dst [E]`` int32, ``kinds [V]``; costs relative to
@@ -76,7 +63,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
     costs = observe(ev.initial, np.flatnonzero(kinds == INTERMEDIATE), ev.cost_table)[:, 0].astype(np.float64)
-    down, up = _depths(V, src, dst)
+    down, up = graph.depths
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
     static = np.stack([

@@ -65,7 +65,7 @@ def moves_only(v):
     return jnp.split(jnp.stack([a[::2]]), 2, axis=1)[0][:, ::-1]
 
 
-def test_index_maps_are_row_maps_and_cost_nothing():
+def test_index_maps_have_their_kind_and_moves_cost_nothing():
     moves = {"slice": "perm", "pad": "perm", "rev": "perm", "tile": "row", "concatenate": "perm",
              "dynamic_slice": "perm", "gather": "row", "stack": "perm", "split": "perm", "scatter-add": "col"}
     for name in ("slice", "pad", "rev", "tile", "concatenate", "dynamic_slice", "gather", "stack", "split", "scatter_add"):
