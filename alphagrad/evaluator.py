@@ -114,7 +114,7 @@ def _rec(log, a, idx, old):
         log[0] = n + 3
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def undo(state, log, to):
     """Undoes the writes :func:`eliminate` recorded in ``log`` after entry ``to``: the
     state is again, to the byte, what it was when the log held ``to`` entries."""
@@ -196,7 +196,7 @@ def _append(state, i, k, s, V, log):
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def eliminate(state, v, compose, join, cost, mark, pos, log):
     """Eliminates ``v`` in place; returns its multiplications (saturated int64),
     :data:`OVERFLOW` (the state is then unusable: grow the pools and start again), or
@@ -299,7 +299,7 @@ def eliminate(state, v, compose, join, cost, mark, pos, log):
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def vertex_cost(state, v, cost):
     """Multiplications of eliminating ``v`` now (its Markowitz degree in the cost model)."""
     out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
@@ -328,9 +328,10 @@ def order_cost(state0, order, compose, join, cost):
     V = work[0].shape[0]
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
+    nolog = np.zeros(0, np.int64)
     total = np.int64(0)
     for v in order:
-        m = eliminate(work, v, compose, join, cost, mark, pos, np.zeros(0, np.int64))
+        m = eliminate(work, v, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return OVERFLOW
         total = _add(total, m)
@@ -345,8 +346,9 @@ def after(state0, prefix, compose, join, cost):
     V = work[0].shape[0]
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
+    nolog = np.zeros(0, np.int64)
     for v in prefix:
-        if eliminate(work, v, compose, join, cost, mark, pos, np.zeros(0, np.int64)) < 0:
+        if eliminate(work, v, compose, join, cost, mark, pos, nolog) < 0:
             return work, OVERFLOW
     return work, np.int64(0)
 
@@ -362,6 +364,7 @@ def markowitz(state0, inter, compose, join, cost):
     n = inter.shape[0]
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
+    nolog = np.zeros(0, np.int64)
     alive = np.zeros(V, np.bool_)
     costs = np.zeros(V, np.int64)
     for v in inter:
@@ -384,7 +387,7 @@ def markowitz(state0, inter, compose, join, cost):
         for b in range(work[_OL][best]):
             touched[nt] = work[_OD][work[_OS][best] + b]
             nt += 1
-        m = eliminate(work, best, compose, join, cost, mark, pos, np.zeros(0, np.int64))
+        m = eliminate(work, best, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return order, OVERFLOW
         total = _add(total, m)
@@ -472,55 +475,64 @@ def eliminate_logged(work, v, compose, join, cost, mark, pos, log):
         log = grow_log(log)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _seek(work, log, lpos, order, cursor, target, compose, join, cost, mark, pos):
     """Brings ``work`` from the state after ``cursor`` eliminations of ``order`` to the
     state after ``target``: undoing the log back, or eliminating forward (logged).
-    Returns ``(OVERFLOW or 0, log)``."""
+    Returns 0, :data:`OVERFLOW`, or :data:`LOG_FULL` (``work`` is then back at
+    ``cursor``: grow the log and call again)."""
     if target <= cursor:
         undo(work, log, lpos[target])
-        return np.int64(0), log
+        return np.int64(0)
     for p in range(cursor, target):
         lpos[p] = log[0]
-        m, log = eliminate_logged(work, order[p], compose, join, cost, mark, pos, log)
+        m = eliminate(work, order[p], compose, join, cost, mark, pos, log)
+        if m == LOG_FULL:
+            undo(work, log, lpos[cursor])
+            return LOG_FULL
         if m < 0:
-            return OVERFLOW, log
+            return OVERFLOW
     lpos[target] = log[0]
-    return np.int64(0), log
+    return np.int64(0)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost, mark, pos,
            tmp_cost, tmp_hash, tmp_lpos):
     """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from
     ``work``, the current order's state after ``lo`` eliminations, logging every write.
-    Returns ``(cost, stop, log)``: the candidate's cost, or any number above
-    ``threshold`` once it is sure to exceed it; ``stop``, the position after which the
-    state equals the current order's (``n`` if it never did). Prefix costs, hashes and
-    log positions of ``cand`` up to ``stop`` go to the ``tmp_*`` arrays. ``cost`` is
-    :data:`OVERFLOW` if a pool filled up."""
+    Returns ``(cost, stop)``: the candidate's cost, or any number above ``threshold``
+    once it is sure to exceed it; ``stop``, the position after which the state equals the
+    current order's (``n`` if it never did). Prefix costs, hashes and log positions of
+    ``cand`` up to ``stop`` go to the ``tmp_*`` arrays. ``cost`` is :data:`OVERFLOW` if a
+    pool filled up, or :data:`LOG_FULL` (``work`` is then back at ``lo``: grow the log
+    and score again)."""
     n = cand.shape[0]
     run = pcost[lo]
+    meta = work[_META]
     for p in range(lo, n):
         tmp_lpos[p] = log[0]
-        m, log = eliminate_logged(work, cand[p], compose, join, cost, mark, pos, log)
+        m = eliminate(work, cand[p], compose, join, cost, mark, pos, log)
+        if m == LOG_FULL:
+            undo(work, log, tmp_lpos[lo])
+            return LOG_FULL, 0
         if m < 0:
-            return OVERFLOW, 0, log
+            return OVERFLOW, 0
         run = _add(run, m)
         if run > threshold:
-            return run, p + 1, log
-        h = work[_META][2]
+            return run, p + 1
+        h = meta[2]
         tmp_cost[p + 1] = run
         tmp_hash[p + 1] = h
         if p >= hi and h == phash[p + 1]:
             tmp_lpos[p + 1] = log[0]
-            return _add(run, pcost[n] - pcost[p + 1]), p + 1, log
+            return _add(run, pcost[n] - pcost[p + 1]), p + 1
     tmp_lpos[n] = log[0]
-    return run, n, log
+    return run, n
 
 
 @numba.njit(cache=True, nogil=True)
-def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window):
+def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window, log_entries):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
     decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
     cost of ``best_order``) goes to ``best_order``.
@@ -542,7 +554,7 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     work = copy_state(state0)
-    log = new_log(16 * n + 1024)
+    log = new_log(log_entries)  # grows as needed
     pcost = np.zeros(n + 1, np.int64)
     phash = np.zeros(n + 1, np.int64)
     lpos = np.zeros(n + 1, np.int64)
@@ -551,8 +563,12 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     tmp_lpos = np.zeros(n + 1, np.int64)
     phash[0] = state0[_META][2]
     # the first pass scores the order itself as a change of every position (stop = n)
-    cur, stop, log = _score(work, log, order, 0, n, pcost, phash, _CAP, compose, join, cost, mark, pos,
-                            tmp_cost, tmp_hash, tmp_lpos)
+    while True:
+        cur, stop = _score(work, log, order, 0, n, pcost, phash, _CAP, compose, join, cost, mark, pos,
+                           tmp_cost, tmp_hash, tmp_lpos)
+        if cur != LOG_FULL:
+            break
+        log = grow_log(log)
     if cur < 0:
         return OVERFLOW, OVERFLOW, np.int64(0)
     pcost[1:] = tmp_cost[1:]
@@ -584,12 +600,19 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
             for p in range(i, j, -1):
                 cand[p] = order[p - 1]
             cand[j] = order[i]
-        flag, log = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
+        flag = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
+        while flag == LOG_FULL:
+            log = grow_log(log)
+            flag = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
         if flag < 0:
             return OVERFLOW, best, scored
         threshold = cur - temp * np.log(1.0 - np.random.random())
-        c, stop, log = _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost,
-                              mark, pos, tmp_cost, tmp_hash, tmp_lpos)
+        while True:
+            c, stop = _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost,
+                             mark, pos, tmp_cost, tmp_hash, tmp_lpos)
+            if c != LOG_FULL:
+                break
+            log = grow_log(log)
         scored += 1
         if c < 0:
             return OVERFLOW, best, scored
@@ -673,7 +696,7 @@ def move_deltas(state0, order, positions, horizon, compose, join, cost):
     return deltas, np.int64(0)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _dense_eliminate(E, compose, join, cost, v, preds, succs):
     n = E.shape[0]
     np_ = 0
@@ -820,6 +843,7 @@ class Evaluator:
             np.asarray([T.index(e.structure) for e in graph.edges], np.int64),
         )
         self._pool = 4 * len(graph.edges) + 8 * graph.num_vertices + 64
+        self._log_entries = None  # an annealing undo log's first room (tests shrink it)
         self._state = None
 
     @property
@@ -923,7 +947,8 @@ class Evaluator:
             if flag != OVERFLOW and best_in != OVERFLOW:
                 cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
                                            min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)),
-                                           int(seed), int(window))
+                                           int(seed), int(window),
+                                           int(self._log_entries or 16 * len(order) + 1024))
                 if cur != OVERFLOW:
                     return int(cur), int(best), int(scored)
             self.grow()

@@ -139,7 +139,7 @@ def _gelu(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
     c = float(vertex_cost(state, v, cost))
     if H1.shape[1] == 0:  # a network-free prior

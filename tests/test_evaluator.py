@@ -51,7 +51,7 @@ def test_incremental_scores_equal_full_rescoring_on_random_programs(seed, ops):
     _check_incremental(g, seed, moves=300, hot=bool(seed % 2))
 
 
-def test_pools_grow_without_changing_any_result():
+def test_pools_and_logs_grow_without_changing_any_result():
     ex = ag.examples.get("RoeFlux_3d")
     g = ag.trace(ex.fn, *ex.args)
     roomy, tight = Evaluator(g), Evaluator(g)
@@ -67,6 +67,11 @@ def test_pools_grow_without_changing_any_result():
     tight._pool = 8
     assert tight.anneal(a, best_a, 300, 50.0, 0.5, 3) == roomy.anneal(b, best_b, 300, 50.0, 0.5, 3)
     assert (best_a == best_b).all()
+    a, b = (np.asarray(baselines.reverse(g), np.int64) for _ in range(2))
+    best_a, best_b = a.copy(), b.copy()
+    tight._log_entries = 1  # the undo log grows in the first pass and while scoring a move
+    assert tight.anneal(a, best_a, 300, 50.0, 0.5, 3) == roomy.anneal(b, best_b, 300, 50.0, 0.5, 3)
+    assert (a == b).all() and (best_a == best_b).all()
     state = tight.new_state()
     tight._pool = 8
     total = sum(tight.step(state, v) for v in baselines.forward(g))
