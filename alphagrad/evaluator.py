@@ -580,8 +580,10 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
         best_order[:] = order
     cand = order.copy()
     scored = np.int64(0)
+    cool = (t1 / t0) ** (1.0 / max(iters - 1, 1))  # the temperature's factor per move
+    temp = t0 / cool
     for it in range(iters):
-        temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
+        temp *= cool
         lo = cursor + np.random.randint(3)  # the cursor sweeps the order, about one position a move
         if lo >= n - 1:
             lo = np.random.randint(3) if n > 3 else 0
@@ -616,12 +618,15 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
         scored += 1
         if c < 0:
             return OVERFLOW, best, scored
-        if c <= threshold:
-            order[lo:hi + 1] = cand[lo:hi + 1]
+        if c <= threshold:  # (loops, not slices: a slice is a view, reference-counted)
+            for q in range(lo, hi + 1):
+                order[q] = cand[q]
             delta = tmp_cost[stop] - pcost[stop]
-            pcost[lo + 1:stop + 1] = tmp_cost[lo + 1:stop + 1]
-            phash[lo + 1:stop + 1] = tmp_hash[lo + 1:stop + 1]
-            lpos[lo:stop + 1] = tmp_lpos[lo:stop + 1]
+            lpos[lo] = tmp_lpos[lo]
+            for q in range(lo + 1, stop + 1):
+                pcost[q] = tmp_cost[q]
+                phash[q] = tmp_hash[q]
+                lpos[q] = tmp_lpos[q]
             for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
                 pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
             cursor = stop
@@ -632,7 +637,8 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
         else:
             undo(work, log, lpos[lo])
             cursor = lo
-            cand[lo:hi + 1] = order[lo:hi + 1]
+            for q in range(lo, hi + 1):
+                cand[q] = order[q]
     return cur, best, scored
 
 
@@ -746,8 +752,10 @@ def dense_anneal(E0, compose, join, cost, order, cur, best_order, best, t0, t1, 
     np.random.seed(seed)
     n = order.shape[0]
     cand = order.copy()
+    cool = (t1 / t0) ** (1.0 / max(iters - 1, 1))  # the temperature's factor per move
+    temp = t0 / cool
     for it in range(iters):
-        temp = t0 * (t1 / t0) ** (it / max(iters - 1, 1))
+        temp *= cool
         cand[:] = order
         i = np.random.randint(n)
         j = np.random.randint(n)
