@@ -31,6 +31,11 @@ Scoring stops as soon as the running cost exceeds what the Metropolis rule could
 or once, past ``hi``, the state's hash equals the current order's at the same position:
 the same edges remain, so the rest of the order costs what it cost before. Hashes only
 steer the search: every order a search returns is re-scored from scratch.
+
+Kernels that allocate nothing (eliminating, undoing, seeking, scoring) compile with
+``_nrt=False``, without numba's reference counting: unpacking the state's 12 arrays cost
+about 40 atomic increments per elimination, most of annealing's time. They report a full
+undo log (:data:`LOG_FULL`) to a caller that can allocate a larger one.
 """
 
 from __future__ import annotations
