@@ -44,16 +44,25 @@ EXACT_LIMIT = 10
 #: reaches the best known cost sooner at every budget from 0.1 s to 1 s; on graphs of
 #: 387-459 intermediates the hot pair is better at 5 s (0.234 vs 0.283 x best baseline on
 #: a random program, 0.746 vs 0.765 on RoeFlux_3d x3).
+#: Whatever the size, an annealing run with fewer moves than this per vertex is cold: the
+#: hot start scrambles a good start order faster than so few moves repair it (side by
+#: side, hot / cold: RoeFlux_3d x14 at 68 moves per vertex 0.887 / 0.787 x best baseline,
+#: BlackScholes x20 at 106 0.707 / 0.673, a 387-intermediate random program at 69
+#: 0.446 / 0.419, but at 133 0.305 / 0.391).
+FEW_MOVES = 100
 COLD, HOT = (0.3, 0.01), (3.0, 0.05)
 COLD_UP_TO, HOT_FROM = 150, 400
 
 
-def temperatures(cost: int, n: int) -> tuple[float, float]:
+def temperatures(cost: int, n: int, moves: int | None = None) -> tuple[float, float]:
     """:func:`anneal`'s start and end temperatures for an order of ``n`` vertices costing
-    ``cost``: the pair for its size (see :data:`COLD`) times its mean cost per vertex (at
-    least 1 and 0.05)."""
+    ``cost`` and a run of ``moves`` moves (if known): the pair for its size (see
+    :data:`COLD`), or :data:`COLD` for fewer than :data:`FEW_MOVES` moves per vertex, times
+    its mean cost per vertex (at least 1 and 0.05)."""
     per_vertex = cost / n
     f = min(max((n - COLD_UP_TO) / (HOT_FROM - COLD_UP_TO), 0.0), 1.0)
+    if moves is not None and moves < FEW_MOVES * n:
+        f = 0.0
     t_start = COLD[0] * (HOT[0] / COLD[0]) ** f
     t_end = COLD[1] * (HOT[1] / COLD[1]) ** f
     return max(1.0, t_start * per_vertex), max(0.05, t_end * per_vertex)
@@ -170,19 +179,22 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
     return order
 
 
-def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, min_chunk_s=0.0):
+def _budgeted(chunk_fn, budget_s, iterations, seed, temps, progress, min_chunk_s=0.0):
     """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
     in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
     measured speed, never past the end) with the temperature following the elapsed
-    fraction of the budget. The clock starts after a call of no moves, which compiles the
-    kernels the first time on a machine (seconds). Interrupted (Ctrl-C) between or in a
-    chunk, it stops with a warning: the chunks replace the best order whole, so what it
-    holds is complete."""
+    fraction of the budget from ``temps(moves)[0]`` to ``[1]``, ``moves`` the run's moves
+    (for a budget: ``None`` for the first two chunks, then estimated from the speed of the
+    second, which runs about 1% of the budget). The clock starts after a call of no moves,
+    which compiles the kernels the first time on a machine (seconds). Interrupted (Ctrl-C)
+    between or in a chunk, it stops with a warning: the chunks replace the best order
+    whole, so what it holds is complete."""
     if iterations is not None:
-        return chunk_fn(iterations, t0, t1, seed)
+        return chunk_fn(iterations, *temps(iterations), seed)
+    t0, t1 = temps(None)
     best = chunk_fn(0, t0, t0, seed)  # compiles the kernels (or loads numba's cache) before the clock
     t_start = time.perf_counter()
-    k, chunk = 0, 16
+    k, chunk, done = 0, 16, 0
     try:
         while best > 0:  # a zero-cost order is optimal
             frac = (time.perf_counter() - t_start) / budget_s
@@ -196,6 +208,9 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, t0, t1, progress, min_chunk_
             best = chunk_fn(chunk, lo, hi, (seed * 1_000_003 + k) % 2**32)
             per_move = max(time.perf_counter() - t_chunk, 1e-9) / chunk
             left = budget_s - (time.perf_counter() - t_start)
+            done += chunk
+            if k == 1:  # the moves the budget allows
+                t0, t1 = temps(done + int(max(left, 0.0) / per_move))
             chunk = int(min(max(min(span, left) / per_move, 1), 10_000_000))
             k += 1
             if progress and best < before:
@@ -286,13 +301,15 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         return best_order
     best_order = order.copy()
     start_cost = ev.cost(np.concatenate([prefix, order]))
-    t0, t1 = temperatures(start_cost, n)  # a move changes a few eliminations: they scale with one
     fixed = ev.cost(prefix)
 
     def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders, so the rest's + the prefix's
         return fixed + ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress, MIN_CHUNK_S)
+    def temps(moves):  # a move changes a few eliminations: the temperatures scale with one
+        return temperatures(start_cost, n, moves)
+
+    best = _budgeted(chunk, budget_s, iterations, seed, temps, progress, MIN_CHUNK_S)
     _check_cap(best)
     return [int(v) for v in prefix] + [int(v) for v in best_order]
 
@@ -318,7 +335,7 @@ def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention
                                                        t_from, t_to, moves, chunk_seed)
         return state["best"]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, t0, t1, progress)
+    best = _budgeted(chunk, budget_s, iterations, seed, lambda moves: (t0, t1), progress)
     _check_cap(best)
     return [int(v) for v in best_order]
 

@@ -126,7 +126,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
         suffix = played[split:].copy()
         best = suffix.copy()
         if rest >= 2:
-            ev.anneal(suffix, best, moves, *baselines.temperatures(ev.cost(played), n), seed, prefix=played[:split])
+            ev.anneal(suffix, best, moves, *baselines.temperatures(ev.cost(played), n, moves), seed, prefix=played[:split])
         order = np.concatenate([played[:split], best])
     pos = split + positions(n - split, config.positions)
     if player is not None:  # the state the policy reached is labelled first

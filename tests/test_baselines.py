@@ -212,6 +212,17 @@ def _roeflux_1d():
     return (ex.fn, *ex.args)
 
 
+def test_anneal_runs_cold_on_small_graphs_and_on_few_moves_per_vertex_and_hot_otherwise():
+    cold, hot = baselines.COLD, baselines.HOT
+    cost = 1000 * 500  # 1000 multiplications per vertex on 500 vertices: no floor applies
+    assert baselines.temperatures(100_000, 100) == (cold[0] * 1000, cold[1] * 1000)
+    assert baselines.temperatures(cost, 500) == (hot[0] * 1000, hot[1] * 1000)
+    assert baselines.temperatures(cost, 500, moves=500 * baselines.FEW_MOVES) == (hot[0] * 1000, hot[1] * 1000)
+    assert baselines.temperatures(cost, 500, moves=500 * baselines.FEW_MOVES - 1) == (cold[0] * 1000, cold[1] * 1000)
+    mid = baselines.temperatures(275 * 1000, 275)  # halfway between COLD_UP_TO and HOT_FROM
+    assert mid[0] == pytest.approx(1000 * (cold[0] * hot[0]) ** 0.5)
+
+
 def test_anneal_keeps_to_a_short_budget():
     ex = ag.examples.get("RoeFlux_3d")
     g = ag.trace(ex.fn, *ex.args)
