@@ -607,10 +607,11 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
             for p in range(i, j, -1):
                 cand[p] = order[p - 1]
             cand[j] = order[i]
-        flag = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
-        while flag == LOG_FULL:
-            log = grow_log(log)
+        while True:
             flag = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
+            if flag != LOG_FULL:
+                break
+            log = grow_log(log)
         if flag < 0:
             return OVERFLOW, best, scored
         threshold = cur - temp * np.log(1.0 - np.random.random())

@@ -104,7 +104,7 @@ def _evaluate(graph: Graph, leaves) -> dict:
     slots = dict(zip(program.input_slots, leaves))
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
     readers = collections.Counter()
-    if graph.depths[0].max(initial=0) >= SHARE_DEPTH:
+    if _shares(graph):
         readers.update(r for step in program.steps for r in step.inputs if not isinstance(r, tuple))
         readers.update(r for e in graph.edges for r in _edge_slots(graph, e))
     for step in program.steps:
@@ -160,6 +160,11 @@ def _add_values(a, b):
 SHARE_DEPTH = 40
 
 
+def _shares(graph: Graph) -> bool:
+    """Whether ``graph`` is deep enough to compute shared values once (:data:`SHARE_DEPTH`)."""
+    return graph.depths[0].max(initial=0) >= SHARE_DEPTH
+
+
 def _shared(value, readers: int):
     """``value``, computed once if it is traced and ``readers`` >= 2 ops read it.
 
@@ -187,7 +192,7 @@ def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st
         preds[k].add(i)
         succs[i].add(k)
     mults = 0
-    deep = graph.depths[0].max(initial=0) >= SHARE_DEPTH
+    deep = _shares(graph)
     for j in order:
         if on_vertex is not None:
             on_vertex(j, len(preds[j]) * len(succs[j]))
