@@ -481,14 +481,15 @@ def eliminate_logged(work, v, compose, join, cost, mark, pos, log):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _seek(work, log, lpos, order, cursor, target, compose, join, cost, mark, pos):
+def _seek(work, log, lpos, pcost, phash, fresh, order, cursor, target, compose, join, cost, mark, pos):
     """Brings ``work`` from the state after ``cursor`` eliminations of ``order`` to the
-    state after ``target``: undoing the log back, or eliminating forward (logged).
-    Returns 0, :data:`OVERFLOW`, or :data:`LOG_FULL` (``work`` is then back at
-    ``cursor``: grow the log and call again)."""
+    state after ``target``: undoing the log back, or eliminating forward (logged, and
+    refreshing the prefix costs and hashes it passes). Returns 0, :data:`OVERFLOW`, or
+    :data:`LOG_FULL` (``work`` is then back at ``cursor``: grow the log and call again)."""
     if target <= cursor:
         undo(work, log, lpos[target])
         return np.int64(0)
+    meta = work[_META]
     for p in range(cursor, target):
         lpos[p] = log[0]
         m = eliminate(work, order[p], compose, join, cost, mark, pos, log)
@@ -497,23 +498,70 @@ def _seek(work, log, lpos, order, cursor, target, compose, join, cost, mark, pos
             return LOG_FULL
         if m < 0:
             return OVERFLOW
+        pcost[p + 1] = _add(pcost[p], m)
+        phash[p + 1] = meta[2]
+        fresh[p + 1] = True
     lpos[target] = log[0]
     return np.int64(0)
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost, mark, pos,
+def _apart(state, x, order, a, b, mark):
+    """Whether ``x`` shares no edge in ``state`` with any of ``order[a:b]`` (``mark``:
+    :func:`eliminate`'s stamp scratch)."""
+    out_start, out_len, out_cap, out_dst, out_sid, out_twin, in_start, in_len, in_cap, in_src, in_twin, meta = state
+    V = out_start.shape[0]
+    mark[V] += 1
+    stamp = mark[V]
+    for t in range(out_len[x]):
+        mark[out_dst[out_start[x] + t]] = stamp
+    for t in range(in_len[x]):
+        mark[in_src[in_start[x] + t]] = stamp
+    for p in range(a, b):
+        if mark[order[p]] == stamp:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _unchanged(state, order, i, j, swap, mark):
+    """Whether swapping positions ``i`` and ``j`` of ``order`` (``swap``), or moving
+    ``order[i]`` to position ``j``, provably changes neither the cost nor the state after
+    both positions, ``state`` being the state at the first of them: the moved vertices
+    share no edge there with the vertices they pass. (Eliminating a vertex changes only
+    the edges of its neighbours, so a vertex that none of the passed vertices touches
+    keeps its edges, hence its cost, and commutes with each of them, given that the
+    rule tables' joins commute: ``RuleTables.joins_commute``.)"""
+    lo, hi = min(i, j), max(i, j)
+    if swap:
+        return (_apart(state, order[lo], order, lo + 1, hi + 1, mark)
+                and _apart(state, order[hi], order, lo + 1, hi, mark))
+    if i < j:
+        return _apart(state, order[i], order, i + 1, j + 1, mark)
+    return _apart(state, order[i], order, j, i, mark)
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, join, cost, mark, pos,
            tmp_cost, tmp_hash, tmp_lpos):
     """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from
     ``work``, the current order's state after ``lo`` eliminations, logging every write.
     Returns ``(cost, stop)``: the candidate's cost, or any number above ``threshold``
     once it is sure to exceed it; ``stop``, the position after which the state equals the
     current order's (``n`` if it never did). Prefix costs, hashes and log positions of
-    ``cand`` up to ``stop`` go to the ``tmp_*`` arrays. ``cost`` is :data:`OVERFLOW` if a
+    ``cand`` up to ``stop`` go to the ``tmp_*`` arrays; only positions marked ``fresh``
+    have a known prefix cost and hash in ``pcost``/``phash``. ``cost`` is :data:`OVERFLOW` if a
     pool filled up, or :data:`LOG_FULL` (``work`` is then back at ``lo``: grow the log
     and score again)."""
     n = cand.shape[0]
     run = pcost[lo]
+    # What the current order costs after position hi: the candidate's rest too, once its
+    # state there equals the current order's (always so far; checked by hash below). Until
+    # then it only ends the scoring early: a move it would reject wrongly is merely not
+    # made, and every cost kept is counted in full.
+    rest = np.int64(0)
+    if hi < n and fresh[hi + 1] and pcost[n] < _CAP:
+        rest = pcost[n] - pcost[hi + 1]
     meta = work[_META]
     for p in range(lo, n):
         tmp_lpos[p] = log[0]
@@ -524,12 +572,12 @@ def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost
         if m < 0:
             return OVERFLOW, 0
         run = _add(run, m)
-        if run > threshold:
-            return run, p + 1
+        if run > threshold or (p < hi and _add(run, rest) > threshold):
+            return _add(run, rest) if p < hi else run, p + 1
         h = meta[2]
         tmp_cost[p + 1] = run
         tmp_hash[p + 1] = h
-        if p >= hi and h == phash[p + 1]:
+        if p >= hi and h == phash[p + 1] and fresh[p + 1]:
             tmp_lpos[p + 1] = log[0]
             return _add(run, pcost[n] - pcost[p + 1]), p + 1
     tmp_lpos[n] = log[0]
@@ -537,7 +585,8 @@ def _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost
 
 
 @numba.njit(cache=True, nogil=True)
-def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window, log_entries):
+def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window, log_entries,
+           commute):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
     decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
     cost of ``best_order``) goes to ``best_order``.
@@ -549,6 +598,10 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     eliminated from there, and a rejected one is undone. A move swaps two positions or
     moves one vertex to another position, forwards or backwards, the two at most
     ``window`` apart (one move in sixteen anywhere).
+
+    With ``commute`` (the rule tables' joins commute: ``RuleTables.joins_commute``), a
+    move that provably changes nothing (:func:`_unchanged`) is accepted unscored; the
+    prefix costs it moves are marked stale and refreshed as the cursor passes them again.
 
     Returns ``(current cost, best cost, moves scored)``; the first is :data:`OVERFLOW`
     if a pool filled up (``order`` is then the last accepted order).
@@ -566,11 +619,12 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     tmp_cost = np.zeros(n + 1, np.int64)
     tmp_hash = np.zeros(n + 1, np.int64)
     tmp_lpos = np.zeros(n + 1, np.int64)
+    fresh = np.ones(n + 1, np.bool_)  # pcost/phash known at this position
     phash[0] = state0[_META][2]
     # the first pass scores the order itself as a change of every position (stop = n)
     while True:
-        cur, stop = _score(work, log, order, 0, n, pcost, phash, _CAP, compose, join, cost, mark, pos,
-                           tmp_cost, tmp_hash, tmp_lpos)
+        cur, stop = _score(work, log, order, 0, n, pcost, phash, fresh, _CAP, compose, join, cost, mark,
+                           pos, tmp_cost, tmp_hash, tmp_lpos)
         if cur != LOG_FULL:
             break
         log = grow_log(log)
@@ -597,7 +651,8 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
         else:
             hi = min(lo + 1 + np.random.randint(window), n - 1)
         i, j = (lo, hi) if np.random.random() < 0.5 else (hi, lo)
-        if np.random.random() < 0.5:
+        swap = np.random.random() < 0.5
+        if swap:
             cand[i], cand[j] = order[j], order[i]
         elif i < j:  # move order[i] to position j
             for p in range(i, j):
@@ -608,16 +663,25 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 cand[p] = order[p - 1]
             cand[j] = order[i]
         while True:
-            flag = _seek(work, log, lpos, order, cursor, lo, compose, join, cost, mark, pos)
+            flag = _seek(work, log, lpos, pcost, phash, fresh, order, cursor, lo, compose, join, cost,
+                         mark, pos)
             if flag != LOG_FULL:
                 break
             log = grow_log(log)
         if flag < 0:
             return OVERFLOW, best, scored
+        cursor = lo
+        if commute and _unchanged(work, order, i, j, swap, mark):
+            for q in range(lo, hi + 1):  # the same cost, the same state after hi
+                order[q] = cand[q]
+            for q in range(lo + 1, hi + 1):
+                fresh[q] = False
+            scored += 1
+            continue
         threshold = cur - temp * np.log(1.0 - np.random.random())
         while True:
-            c, stop = _score(work, log, cand, lo, hi, pcost, phash, threshold, compose, join, cost,
-                             mark, pos, tmp_cost, tmp_hash, tmp_lpos)
+            c, stop = _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, join,
+                             cost, mark, pos, tmp_cost, tmp_hash, tmp_lpos)
             if c != LOG_FULL:
                 break
             log = grow_log(log)
@@ -633,6 +697,7 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 pcost[q] = tmp_cost[q]
                 phash[q] = tmp_hash[q]
                 lpos[q] = tmp_lpos[q]
+                fresh[q] = True
             for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
                 pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
             cursor = stop
@@ -642,7 +707,6 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 best_order[:] = order
         else:
             undo(work, log, lpos[lo])
-            cursor = lo
             for q in range(lo, hi + 1):
                 cand[q] = order[q]
     return cur, best, scored
@@ -962,7 +1026,8 @@ class Evaluator:
                 cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
                                            min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)),
                                            int(seed), int(window),
-                                           int(self._log_entries or 16 * len(order) + 1024))
+                                           int(self._log_entries or 16 * len(order) + 1024),
+                                           self.tables.joins_commute)
                 if cur != OVERFLOW:
                     return int(cur), int(best), int(scored)
             self.grow()

@@ -86,6 +86,31 @@ class RuleTables:
         return 0 if p is None else p.cost[convention]
 
     @functools.cached_property
+    def joins_commute(self) -> bool:
+        """Whether ``join`` is commutative and associative wherever both sides are in the
+        table. Then eliminating two vertices that share no edge gives the same costs and
+        the same state in either order (each only adds into edges the other never reads),
+        which lets the annealer accept such moves without scoring them."""
+        J = self.join
+        valid = J != INVALID
+        if np.any(valid & valid.T & (J != J.T)):
+            return False
+        for b in range(self.size):  # (a + b) + c == a + (b + c) for every a, c that meet b
+            a = np.flatnonzero(valid[:, b])
+            c = np.flatnonzero(valid[b, :])
+            if a.size == 0 or c.size == 0:
+                continue
+            bc = J[b, c]
+            step = max(1, 2**22 // c.size)  # blocks of a few million triples
+            for lo in range(0, a.size, step):
+                ai = a[lo:lo + step]
+                left = J[J[ai, b][:, None], c[None, :]]
+                right = J[ai[:, None], bc[None, :]]
+                if np.any((left != INVALID) & (right != INVALID) & (left != right)):
+                    return False
+        return True
+
+    @functools.cached_property
     def float_cost(self) -> dict:
         """Per convention, ``[S, S]`` float64 multiplications of ``a . b``: the exact count
         rounded to float64 (not saturated), for the JAX engine."""

@@ -156,3 +156,63 @@ def test_anneal_after_a_fixed_prefix_anneals_the_rest_only():
     assert ev.cost(np.concatenate([prefix, best])) == ev.cost(prefix) + cost
     assert ev.cost(np.concatenate([prefix, rest])) == ev.cost(prefix) + cur
     assert cost <= ev.cost(start) - ev.cost(prefix)
+
+
+def _unchanged_moves_cost_the_same(g, seed, trials=300):
+    """Every move the annealer accepts unscored (``_unchanged``) costs exactly what the
+    current order costs and reaches the same state after its last position."""
+    from alphagrad import evaluator as E
+
+    ev = Evaluator(g)
+    assert ev.tables.joins_commute
+    n = len(g.intermediates)
+    rng = np.random.default_rng(seed)
+    order = np.asarray(rng.permutation(g.intermediates), np.int64)
+    base = ev.cost(order)
+    mark = np.zeros(g.num_vertices + 1, np.int64)
+    found = 0
+    for _ in range(trials):
+        i, j = (int(x) for x in rng.choice(n, 2, replace=False))
+        lo, hi = min(i, j), max(i, j)
+        swap = bool(rng.random() < 0.5)
+        cand = order.copy()
+        if swap:
+            cand[i], cand[j] = order[j], order[i]
+        else:
+            cand = np.insert(np.delete(order, i), j, order[i])
+        state, _ = E.after(ev.initial, order[:lo], ev.compose, ev.join, ev.cost_table)
+        if E._unchanged(state, order, i, j, swap, mark):
+            found += 1
+            assert ev.cost(cand) == base
+            a, _ = E.after(ev.initial, order[:hi + 1], ev.compose, ev.join, ev.cost_table)
+            b, _ = E.after(ev.initial, cand[:hi + 1], ev.compose, ev.join, ev.cost_table)
+            assert E.State(a).edges() == E.State(b).edges()
+    return found
+
+
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "BlackScholes_Jacobian", "LSTM_h8", "KalmanCV2D"])
+def test_moves_accepted_unscored_change_nothing_on_benchmarks(name):
+    ex = ag.examples.get(name)
+    assert _unchanged_moves_cost_the_same(ag.trace(ex.fn, *ex.args), 0) > 10
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(seed=hst.integers(0, 10_000), ops=hst.integers(12, 60))
+def test_moves_accepted_unscored_change_nothing_on_random_programs(seed, ops):
+    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
+    f, args = rp.generate(spec, seed)
+    g = ag.trace(f, *args)
+    if len(g.intermediates) >= 2:
+        _unchanged_moves_cost_the_same(g, seed, trials=100)
+
+
+def test_joins_commute_is_checked_not_assumed():
+    import dataclasses
+
+    ex = ag.examples.get("RoeFlux_3d")
+    T = Evaluator(ag.trace(ex.fn, *ex.args)).tables
+    assert T.joins_commute
+    J = np.array(T.join)
+    a, b = next((x, y) for x, y in np.argwhere((J >= 0) & (J.T >= 0)) if x != y)
+    J[a, b] = a if J[b, a] != a else b  # a + b now differs from b + a
+    assert not dataclasses.replace(T, join=J).joins_commute
