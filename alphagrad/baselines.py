@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import sys
+import threading
 import time
 import warnings
 
@@ -66,6 +68,16 @@ def temperatures(cost: int, n: int, moves: int | None = None) -> tuple[float, fl
     t_start = COLD[0] * (HOT[0] / COLD[0]) ** f
     t_end = COLD[1] * (HOT[1] / COLD[1]) ** f
     return max(1.0, t_start * per_vertex), max(0.05, t_end * per_vertex)
+
+
+#: :func:`anneal` runs one chain per core this process may use, up to this many.
+MAX_THREADS = 8
+
+
+def default_threads() -> int:
+    """The cores this process may use (its CPU affinity), at most :data:`MAX_THREADS`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_THREADS))
 
 
 #: Each chunk of :func:`anneal` moves (one full pass to set up, then incremental moves)
@@ -179,24 +191,27 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
     return order
 
 
-def _budgeted(chunk_fn, budget_s, iterations, seed, temps, progress, min_chunk_s=0.0):
+def _budgeted(chunk_fn, budget_s, iterations, seed, temps, on_best=None, min_chunk_s=0.0,
+              t_start=None, stop=None):
     """Runs ``chunk_fn(moves, t_from, t_to, seed) -> best`` for ``iterations`` moves, or
     in chunks of about 1% of ``budget_s`` and at least ``min_chunk_s`` (sized from the
     measured speed, never past the end) with the temperature following the elapsed
     fraction of the budget from ``temps(moves)[0]`` to ``[1]``, ``moves`` the run's moves
     (for a budget: ``None`` for the first two chunks, then estimated from the speed of the
-    second, which runs about 1% of the budget). The clock starts after a call of no moves,
-    which compiles the kernels the first time on a machine (seconds). Interrupted (Ctrl-C)
-    between or in a chunk, it stops with a warning: the chunks replace the best order
-    whole, so what it holds is complete."""
+    second, which runs about 1% of the budget). The clock starts at ``t_start``, or else
+    after a call of no moves, which compiles the kernels the first time on a machine
+    (seconds). It stops early when ``stop`` (a ``threading.Event``) is set; it calls
+    ``on_best(best)`` when a chunk improves. Interrupted (Ctrl-C) between or in a chunk,
+    it stops with a warning: the chunks replace the best order whole, so what it holds is
+    complete."""
     if iterations is not None:
         return chunk_fn(iterations, *temps(iterations), seed)
     t0, t1 = temps(None)
     best = chunk_fn(0, t0, t0, seed)  # compiles the kernels (or loads numba's cache) before the clock
-    t_start = time.perf_counter()
+    t_start = time.perf_counter() if t_start is None else t_start
     k, chunk, done = 0, 16, 0
     try:
-        while best > 0:  # a zero-cost order is optimal
+        while best > 0 and not (stop is not None and stop.is_set()):  # a zero-cost order is optimal
             frac = (time.perf_counter() - t_start) / budget_s
             if frac >= 1:
                 break
@@ -213,9 +228,8 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, temps, progress, min_chunk_s
                 t0, t1 = temps(done + int(max(left, 0.0) / per_move))
             chunk = int(min(max(min(span, left) / per_move, 1), 10_000_000))
             k += 1
-            if progress and best < before:
-                print(f"anneal: {best} multiplications after {time.perf_counter() - t_start:.1f}s",
-                      file=sys.stderr)
+            if on_best is not None and best < before:
+                on_best(best)
     except KeyboardInterrupt:
         warnings.warn(f"anneal interrupted after {time.perf_counter() - t_start:.1f}s of {budget_s:g}s: "
                       f"returning the best order found so far", stacklevel=3)
@@ -248,17 +262,20 @@ def _check_cap(best):
 
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
-           iterations: int | None = None, start=None, progress: bool = False, keep: int = 0) -> list[int]:
+           iterations: int | None = None, start=None, progress: bool = False, keep: int = 0,
+           threads: int | None = None) -> list[int]:
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
     Moves swap two positions or move one vertex elsewhere, mostly within a window of
     nearby positions, drawn along a cursor that sweeps the order; each is scored from the
     state at its first changed position (reached through an undo log) and stops as soon
-    as its outcome is decided (see :mod:`alphagrad.evaluator`). It
-    starts from the best of forward, reverse and Markowitz (or ``start``), and the
-    temperature decays geometrically over the budget. It returns at once when the
-    optimum is proven: a graph of at most :data:`EXACT_LIMIT` intermediates is solved
-    exactly, and an order of zero cost cannot be beaten.
+    as its outcome is decided, and one that provably changes nothing is not scored (see
+    :mod:`alphagrad.evaluator`). Independent chains (one per thread, each with its own
+    seed) start from the best of forward, reverse and Markowitz (or ``start``); the
+    temperature decays geometrically over the budget; the cheapest order of any chain
+    wins. It returns at once when the optimum is proven: a graph of at most
+    :data:`EXACT_LIMIT` intermediates is solved exactly, and an order of zero cost cannot
+    be beaten.
 
     Args:
       graph: the graph.
@@ -276,6 +293,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       keep: the first ``keep`` vertices of the start order stay first, in their order,
         and only the rest is annealed (a smaller search space: e.g. after a good
         opening); no exact solve then.
+      threads: how many chains to run side by side, an int >= 1 (default
+        :func:`default_threads`: one per core, since the kernels release the GIL). The
+        chain with seed ``seed`` is always one of them, so one thread gives what a single
+        chain gives, and more can only find an order at least as cheap at a fixed
+        ``iterations``.
 
     Returns:
       The cheapest order seen (re-scored from scratch); if interrupted (Ctrl-C), the
@@ -289,6 +311,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     budget_s, seed, iterations, ev, order = _anneal_setup(graph, budget_s, seed, convention,
                                                           iterations, start, "baselines.anneal")
     keep = check_int(keep, "keep", 0)
+    threads = default_threads() if threads is None else check_int(threads, "threads", 1)
     n = len(order)
     if keep > n:
         raise ValueError(f"keep = {keep} is more than the order's {n} vertices")
@@ -299,19 +322,60 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         best_order, best = ev.optimal()
         _check_cap(best)
         return best_order
-    best_order = order.copy()
     start_cost = ev.cost(np.concatenate([prefix, order]))
     fixed = ev.cost(prefix)
+    # one evaluator per chain (pools grow per chain), each chain its own order and seed
+    chains = [(ev if k == 0 else Evaluator(graph, convention, ev.tables), order.copy(), order.copy(),
+               (seed + 7919 * k) % 2**32) for k in range(threads)]
 
-    def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders, so the rest's + the prefix's
-        return fixed + ev.anneal(order, best_order, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
+    def chunk_of(k):
+        ev_k, order_k, best_k, _ = chains[k]
+
+        def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders: the rest's + the prefix's
+            return fixed + ev_k.anneal(order_k, best_k, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
+        return chunk
 
     def temps(moves):  # a move changes a few eliminations: the temperatures scale with one
         return temperatures(start_cost, n, moves)
 
-    best = _budgeted(chunk, budget_s, iterations, seed, temps, progress, MIN_CHUNK_S)
-    _check_cap(best)
-    return [int(v) for v in prefix] + [int(v) for v in best_order]
+    lock, shown = threading.Lock(), [start_cost]
+
+    def on_best(cost):  # progress: the cheapest order of any chain, as it improves
+        with lock:
+            if cost < shown[0]:
+                shown[0] = cost
+                print(f"anneal: {cost} multiplications after {time.perf_counter() - t_start:.1f}s",
+                      file=sys.stderr)
+
+    bests = [None] * threads
+    stop = threading.Event()
+    chunk_of(0)(0, *temps(None), seed)  # compiles the kernels (or loads numba's cache) before the clock
+    t_start = time.perf_counter()
+
+    errors = []
+
+    def run(k):
+        try:
+            bests[k] = _budgeted(chunk_of(k), budget_s, iterations, chains[k][3], temps,
+                                 on_best if progress else None, MIN_CHUNK_S, t_start, stop)
+        except BaseException as e:  # a worker's error is raised by the caller, not lost
+            errors.append(e)
+            stop.set()
+
+    workers = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, threads)]
+    for w in workers:
+        w.start()
+    try:
+        run(0)  # Ctrl-C reaches this thread: it warns and returns what it holds
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    if errors:
+        raise errors[0]
+    k = min((k for k in range(threads) if bests[k] is not None), key=lambda k: (bests[k], k))
+    _check_cap(bests[k])
+    return [int(v) for v in prefix] + [int(v) for v in chains[k][2]]
 
 
 def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
@@ -335,7 +399,10 @@ def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention
                                                        t_from, t_to, moves, chunk_seed)
         return state["best"]
 
-    best = _budgeted(chunk, budget_s, iterations, seed, lambda moves: (t0, t1), progress)
+    def on_best(cost):
+        print(f"anneal: {cost} multiplications", file=sys.stderr)
+
+    best = _budgeted(chunk, budget_s, iterations, seed, lambda moves: (t0, t1), on_best if progress else None)
     _check_cap(best)
     return [int(v) for v in best_order]
 

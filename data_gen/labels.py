@@ -116,7 +116,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     split = 0
     if player is None:
         moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
-        order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed), np.int64)
+        order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
     else:
         played = np.asarray(player.play(0.0), np.int64)
         u = np.random.default_rng(seed).random()

@@ -2,6 +2,7 @@
 
 import itertools
 import signal
+import threading
 import time
 
 import jax
@@ -86,6 +87,24 @@ def test_anneal_never_worse_than_its_start_and_deterministic_with_iterations():
     assert ag.cost(g, a1) <= ag.cost(g, start)
     assert sorted(a1) == sorted(g.intermediates)
     assert ag.cost(g, baselines.anneal(g, budget_s=0.5, seed=0)) <= ag.cost(g, start)
+
+
+def test_anneal_chains_side_by_side_only_add_to_the_chain_of_its_seed():
+    g = ag.trace(*_roeflux_1d())
+    one = baselines.anneal(g, iterations=3000, seed=5, threads=1)
+    three = baselines.anneal(g, iterations=3000, seed=5, threads=3)
+    assert three == baselines.anneal(g, iterations=3000, seed=5, threads=3)  # deterministic
+    assert ag.cost(g, three) <= ag.cost(g, one)
+    costs = {ag.cost(g, baselines.anneal(g, iterations=3000, seed=s, threads=1)) for s in (5, 5 + 7919, 5 + 2 * 7919)}
+    assert ag.cost(g, three) == min(costs)  # the best of the three seeds' chains
+    assert 1 <= baselines.default_threads() <= baselines.MAX_THREADS
+
+
+@pytest.mark.parametrize("threads,error,message", [(0, ValueError, "threads must be an int >= 1"),
+                                                   (1.5, TypeError, "threads must be an int")])
+def test_anneal_refuses_a_bad_thread_count(small, threads, error, message):
+    with _Deadline(5), pytest.raises(error, match=message):
+        baselines.anneal(small, iterations=5, threads=threads)
 
 
 def test_anneal_with_keep_anneals_only_what_follows_the_kept_opening():
@@ -277,15 +296,20 @@ def test_an_interrupted_anneal_returns_the_best_complete_order_so_far_with_a_war
     real = Evaluator.anneal
     calls = []
 
-    def interrupted(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
+    def interrupted(self, *args, **kwargs):  # Ctrl-C reaches the main thread only
+        if threading.current_thread() is threading.main_thread():
+            calls.append(1)
+            if len(calls) == 4:
+                raise KeyboardInterrupt
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Evaluator, "anneal", interrupted)
-    with pytest.warns(UserWarning, match="interrupted"):
-        order = baselines.anneal(g, budget_s=30.0, seed=0, start=start)
-    assert len(calls) == 4
+    for threads in (1, 2):
+        calls.clear()
+        t0 = time.perf_counter()
+        with pytest.warns(UserWarning, match="interrupted"):
+            order = baselines.anneal(g, budget_s=30.0, seed=0, start=start, threads=threads)
+        assert time.perf_counter() - t0 < 10  # the other chains stopped too
+        assert len(calls) == 4
     assert sorted(order) == sorted(g.intermediates)
     assert ag.cost(g, order) <= ag.cost(g, start)

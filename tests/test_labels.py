@@ -119,7 +119,7 @@ def test_label_row_targets_are_the_best_moves_and_the_cost_to_go(graph, annealed
     inter = list(g.intermediates)
     n = len(inter)
     if not annealed:
-        monkeypatch.setattr(baselines, "anneal", lambda graph, iterations, seed: list(
+        monkeypatch.setattr(baselines, "anneal", lambda graph, iterations, seed, threads: list(
             np.random.default_rng(seed).permutation(graph.intermediates)))
     row = L.label_graph(g, CONFIG)
     best = min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz()))

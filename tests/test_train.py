@@ -295,7 +295,7 @@ def test_run_writes_metrics_checkpoints_and_the_best_model(data, full_run):
     assert float(rows[-1]["epoch"]) > 1  # more than one pass over the tiny data
     steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")) if s.isdigit())
     assert steps[-2:] == [18, 20]  # the last K (K=2), plus the best by validation
-    best_step = min(rows, key=lambda r: float(r["val_ratio"]))["step"]
+    best_step = min(reversed(rows), key=lambda r: float(r["val_ratio"]))["step"]  # the newest of tied bests
     assert int(best_step) in steps
     assert sorted(os.listdir(os.path.join(workdir, "best_model"))) == ["README.md", "config.json",
                                                                        "model.safetensors"]

@@ -307,7 +307,8 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
             row.update(validate(net, params, val_data, config))
             row["epoch"] = epoch
             ckpt_metrics = {"val_ratio": row["val_ratio"]}
-            if meta["best_val_ratio"] is None or row["val_ratio"] < meta["best_val_ratio"]:
+            # ties go to the newest step: the checkpoint orbax's BestN keeps of equal metrics
+            if meta["best_val_ratio"] is None or row["val_ratio"] <= meta["best_val_ratio"]:
                 meta["best_val_ratio"] = row["val_ratio"]
                 meta["best_step"] = step
                 export_model(os.path.join(workdir, "best_model"), config, params,
