@@ -324,19 +324,38 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         return best_order
     start_cost = ev.cost(np.concatenate([prefix, order]))
     fixed = ev.cost(prefix)
+    # false twins (that the kept opening does not touch) move as one unit, placed first
+    # where the start order eliminates the first of them
+    kept = set(prefix.tolist())
+    groups = [g for g in graph.false_twins if not kept.intersection(g)]
+    units = ev.units(groups)
+    first = {v: g[0] for g in groups for v in g}
+    grouped = np.asarray(list(dict.fromkeys(first.get(int(v), int(v)) for v in order)), np.int64)
+
+    def cheapest(unit_orders):  # re-scored from scratch, with the start order itself in case
+        finals = [np.concatenate([prefix, ev_.expand(o, *units)]) for o in unit_orders]  # grouping made
+        finals.append(np.concatenate([prefix, order]))  # its twins dearer than every annealed order
+        costs = [ev.cost(o) for o in finals]
+        best = min(range(len(costs)), key=costs.__getitem__)
+        _check_cap(costs[best])
+        return [int(v) for v in finals[best]]
+
+    if len(grouped) < 2:
+        return cheapest([grouped])
     # one evaluator per chain (pools grow per chain), each chain its own order and seed
-    chains = [(ev if k == 0 else Evaluator(graph, convention, ev.tables), order.copy(), order.copy(),
+    chains = [(ev if k == 0 else Evaluator(graph, convention, ev.tables), grouped.copy(), grouped.copy(),
                (seed + 7919 * k) % 2**32) for k in range(threads)]
 
     def chunk_of(k):
         ev_k, order_k, best_k, _ = chains[k]
 
         def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders: the rest's + the prefix's
-            return fixed + ev_k.anneal(order_k, best_k, moves, t_from, t_to, chunk_seed, prefix=prefix)[1]
+            return fixed + ev_k.anneal(order_k, best_k, moves, t_from, t_to, chunk_seed, prefix=prefix,
+                                       units=units)[1]
         return chunk
 
     def temps(moves):  # a move changes a few eliminations: the temperatures scale with one
-        return temperatures(start_cost, n, moves)
+        return temperatures(start_cost, len(grouped), moves)
 
     lock, shown = threading.Lock(), [start_cost]
 
@@ -373,9 +392,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
             w.join()
     if errors:
         raise errors[0]
-    k = min((k for k in range(threads) if bests[k] is not None), key=lambda k: (bests[k], k))
-    _check_cap(bests[k])
-    return [int(v) for v in prefix] + [int(v) for v in chains[k][2]]
+    return cheapest([chains[k][2] for k in range(threads) if bests[k] is not None])
 
 
 def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",

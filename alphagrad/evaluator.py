@@ -469,6 +469,32 @@ def optimal(state0, inter, compose, join, cost):
 
 
 # ------------------------------------------------------------------------ annealing
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _eliminate_unit(work, v, gstart, gmem, compose, join, cost, mark, pos, log):
+    """Eliminates the unit ``v`` stands for in an annealed order, ``gmem[gstart[v]:gstart[v
+    + 1]]`` (``v`` alone, or its group of false twins), one after another: the sum of
+    their multiplications, or the first negative flag (undo the log to retry)."""
+    total = np.int64(0)
+    for t in range(gstart[v], gstart[v + 1]):
+        m = eliminate(work, gmem[t], compose, join, cost, mark, pos, log)
+        if m < 0:
+            return m
+        total = _add(total, m)
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def expand(order, gstart, gmem):
+    """The vertex order an order of units stands for (see :func:`_eliminate_unit`)."""
+    out = np.empty(gstart[-1], np.int64)
+    k = 0
+    for v in order:
+        for t in range(gstart[v], gstart[v + 1]):
+            out[k] = gmem[t]
+            k += 1
+    return out[:k]
+
+
 @numba.njit(cache=True, nogil=True)
 def eliminate_logged(work, v, compose, join, cost, mark, pos, log):
     """:func:`eliminate` recording into ``log``, grown as needed: ``(multiplications, log)``
@@ -481,7 +507,8 @@ def eliminate_logged(work, v, compose, join, cost, mark, pos, log):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _seek(work, log, lpos, pcost, phash, fresh, order, cursor, target, compose, join, cost, mark, pos):
+def _seek(work, log, lpos, pcost, phash, fresh, order, cursor, target, gstart, gmem, compose, join, cost,
+          mark, pos):
     """Brings ``work`` from the state after ``cursor`` eliminations of ``order`` to the
     state after ``target``: undoing the log back, or eliminating forward (logged, and
     refreshing the prefix costs and hashes it passes). Returns 0, :data:`OVERFLOW`, or
@@ -492,7 +519,7 @@ def _seek(work, log, lpos, pcost, phash, fresh, order, cursor, target, compose, 
     meta = work[_META]
     for p in range(cursor, target):
         lpos[p] = log[0]
-        m = eliminate(work, order[p], compose, join, cost, mark, pos, log)
+        m = _eliminate_unit(work, order[p], gstart, gmem, compose, join, cost, mark, pos, log)
         if m == LOG_FULL:
             undo(work, log, lpos[cursor])
             return LOG_FULL
@@ -542,8 +569,8 @@ def _unchanged(state, order, i, j, swap, mark):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, join, cost, mark, pos,
-           tmp_cost, tmp_hash, tmp_lpos):
+def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem, compose, join, cost,
+           mark, pos, tmp_cost, tmp_hash, tmp_lpos):
     """Eliminates ``cand`` (the current order with positions ``lo..hi`` changed) from
     ``work``, the current order's state after ``lo`` eliminations, logging every write.
     Returns ``(cost, stop)``: the candidate's cost, or any number above ``threshold``
@@ -565,7 +592,7 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, joi
     meta = work[_META]
     for p in range(lo, n):
         tmp_lpos[p] = log[0]
-        m = eliminate(work, cand[p], compose, join, cost, mark, pos, log)
+        m = _eliminate_unit(work, cand[p], gstart, gmem, compose, join, cost, mark, pos, log)
         if m == LOG_FULL:
             undo(work, log, tmp_lpos[lo])
             return LOG_FULL, 0
@@ -586,7 +613,7 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, joi
 
 @numba.njit(cache=True, nogil=True)
 def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, seed, window, log_entries,
-           commute):
+           commute, gstart, gmem):
     """``iters`` Metropolis moves on ``order`` (updated in place) at a temperature that
     decays geometrically from ``t0`` to ``t1``; an order seen cheaper than ``best`` (the
     cost of ``best_order``) goes to ``best_order``.
@@ -598,6 +625,9 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     eliminated from there, and a rejected one is undone. A move swaps two positions or
     moves one vertex to another position, forwards or backwards, the two at most
     ``window`` apart (one move in sixteen anywhere).
+
+    ``order`` may be an order of units (:func:`_eliminate_unit`): groups of false twins
+    move as one.
 
     With ``commute`` (the rule tables' joins commute: ``RuleTables.joins_commute``), a
     move that provably changes nothing (:func:`_unchanged`) is accepted unscored; the
@@ -623,8 +653,8 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     phash[0] = state0[_META][2]
     # the first pass scores the order itself as a change of every position (stop = n)
     while True:
-        cur, stop = _score(work, log, order, 0, n, pcost, phash, fresh, _CAP, compose, join, cost, mark,
-                           pos, tmp_cost, tmp_hash, tmp_lpos)
+        cur, stop = _score(work, log, order, 0, n, pcost, phash, fresh, _CAP, gstart, gmem, compose, join,
+                           cost, mark, pos, tmp_cost, tmp_hash, tmp_lpos)
         if cur != LOG_FULL:
             break
         log = grow_log(log)
@@ -663,8 +693,8 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 cand[p] = order[p - 1]
             cand[j] = order[i]
         while True:
-            flag = _seek(work, log, lpos, pcost, phash, fresh, order, cursor, lo, compose, join, cost,
-                         mark, pos)
+            flag = _seek(work, log, lpos, pcost, phash, fresh, order, cursor, lo, gstart, gmem, compose,
+                         join, cost, mark, pos)
             if flag != LOG_FULL:
                 break
             log = grow_log(log)
@@ -680,8 +710,8 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
             continue
         threshold = cur - temp * np.log(1.0 - np.random.random())
         while True:
-            c, stop = _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, compose, join,
-                             cost, mark, pos, tmp_cost, tmp_hash, tmp_lpos)
+            c, stop = _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem,
+                             compose, join, cost, mark, pos, tmp_cost, tmp_hash, tmp_lpos)
             if c != LOG_FULL:
                 break
             log = grow_log(log)
@@ -923,6 +953,7 @@ class Evaluator:
         self._pool = 4 * len(graph.edges) + 8 * graph.num_vertices + 64
         self._log_entries = None  # an annealing undo log's first room (tests shrink it)
         self._state = None
+        self._singles = None  # units(): each vertex alone
 
     @property
     def edge_arrays(self) -> tuple:
@@ -1010,24 +1041,46 @@ class Evaluator:
         order, total = self.run(optimal, inter, self.compose, self.join, self.cost_table)
         return [int(v) for v in order], int(total)
 
+    def units(self, groups=()) -> tuple[np.ndarray, np.ndarray]:
+        """``(gstart, gmem)``: each vertex its own unit, except that the first vertex of each
+        group in ``groups`` (e.g. ``graph.false_twins``) stands for the whole group, eliminated
+        in the group's order (:func:`anneal` then moves the group as one)."""
+        V = self.graph.num_vertices
+        if not groups:
+            if self._singles is None:
+                self._singles = (np.arange(V + 1, dtype=np.int64), np.arange(V, dtype=np.int64))
+            return self._singles
+        members = [[v] for v in range(V)]
+        for g in groups:
+            members[g[0]] = list(g)
+            for v in g[1:]:
+                members[v] = []
+        gstart = np.zeros(V + 1, np.int64)
+        gstart[1:] = np.cumsum([len(m) for m in members])
+        gmem = np.asarray([v for m in members for v in m], np.int64)
+        return gstart, gmem
+
     def anneal(self, order: np.ndarray, best_order: np.ndarray, moves: int, t0: float, t1: float,
-               seed: int, window: int = 32, prefix=None) -> tuple[int, int, int]:
+               seed: int, window: int = 32, prefix=None, units=None) -> tuple[int, int, int]:
         """:func:`anneal` moves on ``order`` (int64, updated in place; an order seen cheaper
         than ``best_order`` replaces it), growing the pools as needed. With ``prefix`` (the
         vertices eliminated first, kept fixed), ``order`` and ``best_order`` are orders of
-        the rest, and costs count the rest only. Returns ``(current cost, best cost, moves
-        scored)``, costs saturated at ``COST_CAP``."""
+        the rest, and costs count the rest only; with ``units`` (:meth:`units`), they are
+        orders of units. Returns ``(current cost, best cost, moves scored)``, costs
+        saturated at ``COST_CAP``."""
         prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
+        gstart, gmem = units if units is not None else self.units()
         while True:
             start, flag = after(self.initial, prefix, self.compose, self.join, self.cost_table)
             if flag != OVERFLOW:
-                best_in = order_cost(start, best_order, self.compose, self.join, self.cost_table)
+                best_in = order_cost(start, expand(best_order, gstart, gmem), self.compose, self.join,
+                                     self.cost_table)
             if flag != OVERFLOW and best_in != OVERFLOW:
                 cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
                                            min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)),
                                            int(seed), int(window),
                                            int(self._log_entries or 16 * len(order) + 1024),
-                                           self.tables.joins_commute)
+                                           self.tables.joins_commute, gstart, gmem)
                 if cur != OVERFLOW:
                     return int(cur), int(best), int(scored)
             self.grow()

@@ -132,6 +132,22 @@ class Graph:
         return down, up
 
     @functools.cached_property
+    def false_twins(self) -> tuple:
+        """Groups (ascending ids) of two or more intermediates with the same predecessors
+        and successors over edges of the same structures. Such twins never share an edge
+        and stay twins whatever else is eliminated; some cheapest order eliminates each
+        group consecutively (Bentert et al., 2025), so annealing moves a group as one."""
+        ins = collections.defaultdict(set)
+        outs = collections.defaultdict(set)
+        for e in self.edges:
+            ins[e.dst].add((e.src, e.structure))
+            outs[e.src].add((e.dst, e.structure))
+        groups = collections.defaultdict(list)
+        for v in self.intermediates:
+            groups[(frozenset(ins[v]), frozenset(outs[v]))].append(v)
+        return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+    @functools.cached_property
     def structures(self) -> tuple:
         """The distinct edge structures, in order of first appearance."""
         return tuple(dict.fromkeys(e.structure for e in self.edges))

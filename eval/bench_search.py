@@ -222,7 +222,7 @@ def markdown(report: dict) -> str:
     if big:
         L += ["", f"Memory at {big['intermediates']} intermediates: dense matrix {big['dense_bytes'] / 2**20:.0f} MiB "
                   f"(int32, copied per evaluation); sparse state {big['sparse_state_bytes'] / 2**20:.1f} MiB, "
-                  f"annealer with its undo log {big['sparse_anneal_bytes'] / 2**20:.0f} MiB (upper bound)."
+                  f"annealer with its undo log {big['sparse_anneal_bytes'] / 2**20:.0f} MiB per chain (upper bound)."
                   + (f" Process peak while tracing, scoring, Markowitz and annealing it: "
                      f"{report['peak_rss_mib']:.0f} MiB." if report.get("peak_rss_mib") else "")]
     budgets = budgets_str(report["config"]["budgets"])

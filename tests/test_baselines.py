@@ -1,5 +1,6 @@
 """Baselines: forward, reverse, Markowitz, the exact optimum and annealing."""
 
+import functools
 import itertools
 import signal
 import threading
@@ -13,6 +14,7 @@ import pytest
 import alphagrad as ag
 from alphagrad import baselines, engine
 from alphagrad.evaluator import Evaluator
+from data_gen import random_programs as rp
 
 
 def small_scalar(x, y, z):
@@ -313,3 +315,56 @@ def test_an_interrupted_anneal_returns_the_best_complete_order_so_far_with_a_war
         assert len(calls) == 4
     assert sorted(order) == sorted(g.intermediates)
     assert ag.cost(g, order) <= ag.cost(g, start)
+
+
+def _twins_example():
+    def f(x, y):
+        a, b = jnp.sin(x), jnp.cos(x)  # false twins: same predecessor and successor, same structures
+        u = a + b + jnp.exp(x * y)
+        return u * y, jnp.tanh(u)
+    return ag.trace(f, jnp.arange(1.0, 4.0), jnp.arange(2.0, 5.0))
+
+
+def _optimum(g, units, convention):
+    """Cheapest cost over orders of ``units`` (each eliminated whole), by DP over subsets."""
+    ev = Evaluator(g, convention)
+
+    @functools.lru_cache(None)
+    def best(done):
+        prefix = [v for k, u in enumerate(units) if done >> k & 1 for v in u]
+        rest = [best(done | 1 << k) + ev.cost(prefix + list(u)) - ev.cost(prefix)
+                for k, u in enumerate(units) if not done >> k & 1]
+        return min(rest, default=0)
+    return best(0)
+
+
+def test_false_twins_are_found_and_grouping_them_keeps_the_optimum():
+    g = _twins_example()
+    (twins,) = g.false_twins
+    assert [g.sources[v].split()[0] for v in twins] == ["sin", "cos"]
+    graphs = [g]
+    for seed, ops in ((450, 6), (632, 8), (1294, 10), (55, 11)):
+        spec = rp.ProgramSpec(num_inputs=2, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=4)
+        f, args = rp.generate(spec, seed)
+        graphs.append(ag.trace(f, *args))
+    for g in graphs:
+        assert g.false_twins
+        grouped = {v for t in g.false_twins for v in t}
+        units = [tuple(t) for t in g.false_twins] + [(v,) for v in g.intermediates if v not in grouped]
+        for convention in ("exact", "published"):
+            assert _optimum(g, units, convention) == _optimum(g, [(v,) for v in g.intermediates], convention)
+
+
+def test_anneal_eliminates_false_twins_consecutively():
+    ex = ag.examples.get("ShallowWater_16")
+    g = ag.trace(ex.fn, *ex.args)
+    assert sum(len(t) for t in g.false_twins) == 8
+    start = min((baselines.forward(g), baselines.reverse(g), baselines.markowitz(g)), key=lambda o: ag.cost(g, o))
+    for kwargs in ({"iterations": 5000, "seed": 2, "threads": 2}, {"budget_s": 0.2}):
+        order = baselines.anneal(g, **kwargs)
+        assert sorted(order) == sorted(g.intermediates) and ag.cost(g, order) <= ag.cost(g, start)
+        for t in g.false_twins:
+            at = sorted(order.index(v) for v in t)
+            assert at == list(range(at[0], at[0] + len(t))), (t, at)
+    assert baselines.anneal(g, iterations=5000, seed=2, threads=2) == baselines.anneal(g, iterations=5000, seed=2,
+                                                                                      threads=2)

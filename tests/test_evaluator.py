@@ -216,3 +216,22 @@ def test_joins_commute_is_checked_not_assumed():
     a, b = next((x, y) for x, y in np.argwhere((J >= 0) & (J.T >= 0)) if x != y)
     J[a, b] = a if J[b, a] != a else b  # a + b now differs from b + a
     assert not dataclasses.replace(T, join=J).joins_commute
+
+
+def test_incremental_scores_equal_full_rescoring_with_false_twins_as_units():
+    from alphagrad.evaluator import expand
+
+    ex = ag.examples.get("ShallowWater_16")
+    g = ag.trace(ex.fn, *ex.args)
+    ev = Evaluator(g)
+    units = ev.units(g.false_twins)
+    twin = {v for t in g.false_twins for v in t[1:]}
+    reps = [v for v in g.intermediates if v not in twin]
+    for seed, hot in [(0, True), (1, False)]:
+        order = np.asarray(np.random.default_rng(seed).permutation(reps), np.int64)
+        best_order = order.copy()
+        start_cost = ev.cost(expand(order, *units))
+        t0 = max(1.0, (0.05 if hot else 0.001) * start_cost)
+        cur, best, scored = ev.anneal(order, best_order, 400, t0, t0 / 100, seed, window=8, units=units)
+        assert scored > 0 and sorted(expand(order, *units)) == sorted(g.intermediates)
+        assert cur == ev.cost(expand(order, *units)) and best == ev.cost(expand(best_order, *units)) <= start_cost
