@@ -236,6 +236,32 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, temps, on_best=None, min_chu
     return best
 
 
+def _side_by_side(run, count: int):
+    """Runs ``run(k, stop)`` for ``k`` in ``range(count)``: ``k = 0`` in this thread (where
+    Ctrl-C arrives), the others in threads, all told to ``stop`` (a ``threading.Event``)
+    once this one returns; an error in any of them is raised here once all have ended."""
+    stop, errors = threading.Event(), []
+
+    def guarded(k):
+        try:
+            run(k, stop)
+        except BaseException as e:  # raised by the caller, not lost with the thread
+            errors.append(e)
+            stop.set()
+
+    workers = [threading.Thread(target=guarded, args=(k,), daemon=True) for k in range(1, count)]
+    for w in workers:
+        w.start()
+    try:
+        run(0, stop)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    if errors:
+        raise errors[0]
+
+
 def _anneal_setup(graph, budget_s, seed, convention, iterations, start, where):
     """Checked arguments, the evaluator and the start order (the best baseline by default)."""
     check_graph(graph, where)
@@ -366,33 +392,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
                 print(f"anneal: {cost} multiplications after {time.perf_counter() - t_start:.1f}s",
                       file=sys.stderr)
 
-    bests = [None] * threads
-    stop = threading.Event()
     chunk_of(0)(0, *temps(None), seed)  # compiles the kernels (or loads numba's cache) before the clock
     t_start = time.perf_counter()
-
-    errors = []
-
-    def run(k):
-        try:
-            bests[k] = _budgeted(chunk_of(k), budget_s, iterations, chains[k][3], temps,
-                                 on_best if progress else None, MIN_CHUNK_S, t_start, stop)
-        except BaseException as e:  # a worker's error is raised by the caller, not lost
-            errors.append(e)
-            stop.set()
-
-    workers = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, threads)]
-    for w in workers:
-        w.start()
-    try:
-        run(0)  # Ctrl-C reaches this thread: it warns and returns what it holds
-    finally:
-        stop.set()
-        for w in workers:
-            w.join()
-    if errors:
-        raise errors[0]
-    return cheapest([chains[k][2] for k in range(threads) if bests[k] is not None])
+    _side_by_side(lambda k, stop: _budgeted(chunk_of(k), budget_s, iterations, chains[k][3], temps,
+                                            on_best if progress else None, MIN_CHUNK_S, t_start, stop), threads)
+    return cheapest([chain[2] for chain in chains])
 
 
 def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
