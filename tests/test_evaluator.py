@@ -15,6 +15,12 @@ from alphagrad.evaluator import Evaluator
 from data_gen import random_programs as rp
 
 
+def _random_graph(seed, ops):
+    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
+    f, args = rp.generate(spec, seed)
+    return ag.trace(f, *args)
+
+
 def _check_incremental(g, seed, moves=400, hot=True):
     """Annealing moves scored incrementally (snapshots, early stops, hash convergence)
     leave ``order`` and ``best_order`` at exactly the costs the kernel reports."""
@@ -43,9 +49,7 @@ def test_incremental_scores_equal_full_rescoring_on_benchmarks(name):
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(seed=hst.integers(0, 10_000), ops=hst.integers(12, 60))
 def test_incremental_scores_equal_full_rescoring_on_random_programs(seed, ops):
-    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
-    f, args = rp.generate(spec, seed)
-    g = ag.trace(f, *args)
+    g = _random_graph(seed, ops)
     if len(g.intermediates) < 2:
         return
     _check_incremental(g, seed, moves=300, hot=bool(seed % 2))
@@ -135,9 +139,7 @@ def test_undo_restores_every_prefix_state_on_benchmarks(name):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(seed=hst.integers(0, 10_000), ops=hst.integers(8, 50))
 def test_undo_restores_every_prefix_state_on_random_programs(seed, ops):
-    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
-    f, args = rp.generate(spec, seed)
-    g = ag.trace(f, *args)
+    g = _random_graph(seed, ops)
     if len(g.intermediates) >= 1:
         _undo_restores_every_prefix_state(g, seed)
 
@@ -199,9 +201,7 @@ def test_moves_accepted_unscored_change_nothing_on_benchmarks(name):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(seed=hst.integers(0, 10_000), ops=hst.integers(12, 60))
 def test_moves_accepted_unscored_change_nothing_on_random_programs(seed, ops):
-    spec = rp.ProgramSpec(num_inputs=3, num_outputs=2, num_ops=ops, max_rank=2, max_dim=3, width=5)
-    f, args = rp.generate(spec, seed)
-    g = ag.trace(f, *args)
+    g = _random_graph(seed, ops)
     if len(g.intermediates) >= 2:
         _unchanged_moves_cost_the_same(g, seed, trials=100)
 
