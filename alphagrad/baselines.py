@@ -358,10 +358,12 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     first = {v: g[0] for g in groups for v in g}
     grouped = np.asarray(list(dict.fromkeys(first.get(int(v), int(v)) for v in order)), np.int64)
 
-    def cheapest(unit_orders):  # re-scored from scratch, with the start order itself in case
-        finals = [np.concatenate([prefix, ev_.expand(o, *units)]) for o in unit_orders]  # grouping made
-        finals.append(np.concatenate([prefix, order]))  # its twins dearer than every annealed order
-        costs = [ev.cost(o) for o in finals]
+    def cheapest(unit_orders):
+        """The cheapest of these orders, re-scored from scratch, and the start order (which
+        wins if grouping its twins made every annealed order dearer)."""
+        finals = [np.concatenate([prefix, ev_.expand(o, *units)]) for o in unit_orders]
+        finals.append(np.concatenate([prefix, order]))
+        costs = [ev.cost(o) for o in finals[:-1]] + [start_cost]
         best = min(range(len(costs)), key=costs.__getitem__)
         _check_cap(costs[best])
         return [int(v) for v in finals[best]]

@@ -582,13 +582,6 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem
     and score again)."""
     n = cand.shape[0]
     run = pcost[lo]
-    # What the current order costs after position hi: the candidate's rest too, once its
-    # state there equals the current order's (always so far; checked by hash below). Until
-    # then it only ends the scoring early: a move it would reject wrongly is merely not
-    # made, and every cost kept is counted in full.
-    rest = np.int64(0)
-    if hi < n and fresh[hi + 1] and pcost[n] < _CAP:
-        rest = pcost[n] - pcost[hi + 1]
     meta = work[_META]
     for p in range(lo, n):
         tmp_lpos[p] = log[0]
@@ -599,8 +592,8 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem
         if m < 0:
             return OVERFLOW, 0
         run = _add(run, m)
-        if run > threshold or (p < hi and _add(run, rest) > threshold):
-            return _add(run, rest) if p < hi else run, p + 1
+        if run > threshold:
+            return run, p + 1
         h = meta[2]
         tmp_cost[p + 1] = run
         tmp_hash[p + 1] = h
