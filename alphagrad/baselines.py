@@ -80,6 +80,14 @@ def default_threads() -> int:
     return max(1, min(cores or 1, MAX_THREADS))
 
 
+#: The most of :func:`anneal`'s time budget kept for the descent that ends each chain
+#: (:meth:`Evaluator.descend`): it keeps 1.5 times the time one pass over the order is
+#: estimated to take (from a probe before the clock starts), at most this share, and
+#: nothing if a pass takes longer than this share: a partial pass on a large graph gains
+#: less than annealing does in the same time. With ``iterations``, the descent scores at most one target per
+#: annealing move instead (about a sixth of the annealing's work).
+POLISH_SHARE = 0.2
+
 #: Each chunk of :func:`anneal` moves (one full pass to set up, then incremental moves)
 #: runs at least this long, so that setting up stays a small part of short budgets.
 MIN_CHUNK_S = 0.003
@@ -231,15 +239,48 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, temps, on_best=None, min_chu
             if on_best is not None and best < before:
                 on_best(best)
     except KeyboardInterrupt:
-        warnings.warn(f"anneal interrupted after {time.perf_counter() - t_start:.1f}s of {budget_s:g}s: "
-                      f"returning the best order found so far", stacklevel=3)
+        _interrupted(t_start, budget_s, stop)
     return best
 
 
-def _side_by_side(run, count: int):
+def _interrupted(t_start, budget_s, stop=None):
+    """Warns that Ctrl-C ended the search early, and tells the other chains (``stop``)."""
+    if stop is not None:
+        stop.set()
+    warnings.warn(f"anneal interrupted after {time.perf_counter() - t_start:.1f}s of {budget_s:g}s: "
+                  f"returning the best order found so far", stacklevel=4)
+
+
+def _descend(step, n, limit=None, deadline=None, stop=None, on_best=None, span=0.003):
+    """Runs ``step(first, limit) -> (cost, moves applied, next position, targets scored)``
+    (:meth:`Evaluator.descend` on one order) pass after pass over the order's ``n``
+    positions until a whole pass applies no move (a local optimum), ``limit`` targets have
+    been scored, ``deadline`` (``time.perf_counter``) has passed or ``stop`` is set; with a
+    deadline, in calls of about ``span`` seconds, sized from the measured speed. Calls
+    ``on_best(cost)`` when a call improves the order."""
+    first, clean, ask = 0, 0, 4 * n
+    while clean < n - 1 and (limit is None or limit > 0):
+        if deadline is not None and (time.perf_counter() >= deadline or (stop is not None and stop.is_set())):
+            break
+        t = time.perf_counter()
+        cost, moved, nxt, scored = step(first, ask if limit is None else limit)
+        if limit is not None:
+            limit -= scored
+        clean = 0 if moved else clean + nxt - first
+        first = 0 if nxt >= n - 1 else nxt
+        if moved and on_best is not None:
+            on_best(cost)
+        per = max(time.perf_counter() - t, 1e-9) / max(scored, 1)
+        ask = int(min(max(span / per, n), 10_000_000))
+
+
+def _side_by_side(run, count: int, t_start: float, budget_s: float):
     """Runs ``run(k, stop)`` for ``k`` in ``range(count)``: ``k = 0`` in this thread (where
-    Ctrl-C arrives), the others in threads, all told to ``stop`` (a ``threading.Event``)
-    once this one returns; an error in any of them is raised here once all have ended."""
+    Ctrl-C arrives), the others in threads, and waits for all. ``stop`` (a
+    ``threading.Event``) is set, and every run should then end soon, when one of them
+    fails or is interrupted (a run that catches Ctrl-C sets it itself; Ctrl-C while
+    waiting for the others warns); an error in any of them is raised here once all have
+    ended."""
     stop, errors = threading.Event(), []
 
     def guarded(k):
@@ -254,6 +295,10 @@ def _side_by_side(run, count: int):
         w.start()
     try:
         run(0, stop)
+        for w in workers:
+            w.join()
+    except KeyboardInterrupt:
+        _interrupted(t_start, budget_s, stop)
     finally:
         stop.set()
         for w in workers:
@@ -298,8 +343,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     as its outcome is decided, and one that provably changes nothing is not scored (see
     :mod:`alphagrad.evaluator`). Independent chains (one per thread, each with its own
     seed) start from the best of forward, reverse and Markowitz (or ``start``); the
-    temperature decays geometrically over the budget; the cheapest order of any chain
-    wins. It returns at once when the optimum is proven: a graph of at most
+    temperature decays geometrically over the budget, less the time kept for a descent
+    (:data:`POLISH_SHARE`). Each chain then descends from its best order by moving one vertex at a time
+    to a later position while that makes the order cheaper, every target of a vertex
+    scored in one walk (:meth:`Evaluator.descend`): moves over long distances that
+    annealing rarely draws. The cheapest order of any chain wins. It returns at once when the optimum is proven: a graph of at most
     :data:`EXACT_LIMIT` intermediates is solved exactly, and an order of zero cost cannot
     be beaten.
 
@@ -308,11 +356,12 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       budget_s: wall-clock seconds to spend, a finite number > 0 (ignored when
         ``iterations`` is given, but checked all the same). Moves run in chunks sized
         from their measured speed, so the search ends within about 1% of the budget
-        after the first chunk (the first chunk, a few moves, always runs).
+        after the first chunk (the first chunk, a few moves, always runs); it ends
+        sooner when the descent reaches an order no such move improves.
       seed: random seed, an int in ``[0, 2**32)``.
       convention: cost convention.
-      iterations: a fixed number of moves (an int >= 0) instead of a time budget
-        (deterministic).
+      iterations: a fixed number of moves (an int >= 0) instead of a time budget, then
+        a descent scoring at most as many targets (deterministic).
       start: an order to start from instead of the best baseline (anything
         :func:`resolve_order` accepts).
       progress: print the best cost as it improves (to stderr).
@@ -394,10 +443,40 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
                 print(f"anneal: {cost} multiplications after {time.perf_counter() - t_start:.1f}s",
                       file=sys.stderr)
 
+    def descend_of(k):
+        ev_k, _, best_k, _ = chains[k]
+
+        def step(first, limit):  # descends the chain's best order
+            cost, moved, nxt, scored = ev_k.descend(best_k, first, limit, prefix=prefix, units=units)
+            return fixed + cost, moved, nxt, scored
+        return step
+
+    def run(k, stop):  # one chain: annealing, then the descent from its best order
+        report = on_best if progress else None
+        _budgeted(chunk_of(k), budget_s - polish_s, iterations, chains[k][3], temps, report, MIN_CHUNK_S,
+                  t_start, stop)
+        if stop.is_set() or (iterations is None and polish_s == 0):  # interrupted, or no time kept
+            return
+        try:
+            _descend(descend_of(k), len(grouped), iterations, None if iterations is not None else t_start + budget_s,
+                     stop, report)
+        except KeyboardInterrupt:
+            _interrupted(t_start, budget_s, stop)
+
     chunk_of(0)(0, *temps(None), seed)  # compiles the kernels (or loads numba's cache) before the clock
+    descend_of(0)(0, 0)
+    polish_s = 0.0
+    if iterations is None:  # the time a descent pass takes, from a few positions of one
+        probe, m = grouped.copy(), len(grouped)
+        t = time.perf_counter()
+        ev.descend(probe, 0, 0, prefix=prefix, units=units)  # what a call costs before scoring
+        t_call = time.perf_counter() - t
+        scored = ev.descend(probe, 0, 8 * m, prefix=prefix, units=units)[3]
+        t_scored = time.perf_counter() - t - 2 * t_call
+        pass_s = t_call + max(t_scored, 0.0) / max(scored, 1) * m * (m - 1) / 2
+        polish_s = min(1.5 * pass_s, POLISH_SHARE * budget_s) if pass_s <= POLISH_SHARE * budget_s else 0.0
     t_start = time.perf_counter()
-    _side_by_side(lambda k, stop: _budgeted(chunk_of(k), budget_s, iterations, chains[k][3], temps,
-                                            on_best if progress else None, MIN_CHUNK_S, t_start, stop), threads)
+    _side_by_side(run, threads, t_start, budget_s)
     return cheapest([chain[2] for chain in chains])
 
 

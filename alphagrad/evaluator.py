@@ -735,6 +735,101 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     return cur, best, scored
 
 
+@numba.njit(cache=True, nogil=True)
+def _unit_logged(work, v, gstart, gmem, compose, join, cost, mark, pos, log):
+    """:func:`_eliminate_unit` recording into ``log``, grown as needed: ``(multiplications,
+    log)``."""
+    while True:
+        at = log[0]
+        m = _eliminate_unit(work, v, gstart, gmem, compose, join, cost, mark, pos, log)
+        if m != LOG_FULL:
+            return m, log
+        undo(work, log, at)
+        log = grow_log(log)
+
+
+@numba.njit(cache=True, nogil=True)
+def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_entries):
+    """Steepest descent over moves of one unit to a later position, on ``order`` (updated
+    in place), from position ``first`` on until the end of the order or until ``limit``
+    targets have been scored: at each position every later target is scored in one walk
+    of the rest of the order without the unit, eliminating the unit after each step and
+    undoing it (the state after the same set of eliminations is the same whatever their
+    order, checked by hash, so what follows costs what it cost before): two eliminations
+    a target. The cheapest target, if cheaper than the order, is applied and the unit
+    now at that position is tried next. Annealing draws such long moves rarely, and on
+    the published tasks an annealed order is often one of them from its plateau.
+
+    Returns ``(cost, moves applied, next position, targets scored)``; the cost is
+    :data:`OVERFLOW` if a pool filled up (``order`` is then a valid order no dearer than
+    before)."""
+    n = order.shape[0]
+    V = state0[0].shape[0]
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    nolog = np.zeros(0, np.int64)
+    pcost = np.zeros(n + 1, np.int64)
+    phash = np.zeros(n + 1, np.int64)
+    work = copy_state(state0)
+    phash[0] = work[_META][2]
+    for p in range(n):
+        m = _eliminate_unit(work, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog)
+        if m < 0:
+            return OVERFLOW, np.int64(0), np.int64(first), np.int64(0)
+        pcost[p + 1] = _add(pcost[p], m)
+        phash[p + 1] = work[_META][2]
+    work = copy_state(state0)
+    for p in range(first):
+        if _eliminate_unit(work, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog) < 0:
+            return OVERFLOW, np.int64(0), np.int64(first), np.int64(0)
+    log = new_log(log_entries)
+    moved = np.int64(0)
+    scored = np.int64(0)
+    p = first
+    while p < n - 1 and scored < limit:
+        x = order[p]
+        run = pcost[p]
+        best, target = pcost[n], -1
+        for q in range(p + 1, n):
+            m, log = _unit_logged(work, order[q], gstart, gmem, compose, join, cost, mark, pos, log)
+            if m < 0:
+                return OVERFLOW, moved, p, scored
+            run = _add(run, m)
+            if run >= best:  # every later target costs at least this much
+                break
+            at = log[0]
+            m, log = _unit_logged(work, x, gstart, gmem, compose, join, cost, mark, pos, log)
+            scored += 1
+            if m < 0:
+                return OVERFLOW, moved, p, scored
+            total = _add(_add(run, m), pcost[n] - pcost[q + 1])
+            if work[_META][2] == phash[q + 1] and total < best:
+                best, target = total, q
+            undo(work, log, at)
+        undo(work, log, 0)
+        if target < 0:
+            if _eliminate_unit(work, x, gstart, gmem, compose, join, cost, mark, pos, nolog) < 0:
+                return OVERFLOW, moved, p, scored
+            p += 1
+            continue
+        for r in range(p, target):
+            order[r] = order[r + 1]
+        order[target] = x
+        old = pcost[target + 1]
+        for r in range(p, target + 1):  # the new prefix costs, on the log, then back to p
+            m, log = _unit_logged(work, order[r], gstart, gmem, compose, join, cost, mark, pos, log)
+            if m < 0:
+                return OVERFLOW, moved, p, scored
+            pcost[r + 1] = _add(pcost[r], m)
+            phash[r + 1] = work[_META][2]
+        undo(work, log, 0)
+        delta = pcost[target + 1] - old
+        for r in range(target + 2, n + 1):
+            pcost[r] = min(max(pcost[r] + delta, 0), _CAP)
+        moved += 1
+    return pcost[n], moved, np.int64(p), scored
+
+
 # ------------------------------------------- the dense evaluator of release 0.1.0
 @numba.njit(cache=True, nogil=True)
 def move_deltas(state0, order, positions, horizon, compose, join, cost):
@@ -1076,6 +1171,25 @@ class Evaluator:
                                            self.tables.joins_commute, gstart, gmem)
                 if cur != OVERFLOW:
                     return int(cur), int(best), int(scored)
+            self.grow()
+
+    def descend(self, order: np.ndarray, first: int = 0, limit: int | None = None, prefix=None,
+                units=None) -> tuple[int, int, int, int]:
+        """:func:`descend` on ``order`` (int64, updated in place) from position ``first``
+        until the end of the order or ``limit`` targets scored (default: no limit), after
+        ``prefix`` and with ``units`` as in :meth:`anneal`. Returns ``(cost, moves
+        applied, next position, targets scored)``, the cost saturated at ``COST_CAP``."""
+        prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
+        gstart, gmem = units if units is not None else self.units()
+        limit = 2**62 if limit is None else limit
+        while True:
+            start, flag = after(self.initial, prefix, self.compose, self.join, self.cost_table)
+            if flag != OVERFLOW:
+                c, moved, nxt, scored = descend(start, self.compose, self.join, self.cost_table, order, int(first),
+                                                int(limit), gstart, gmem,
+                                                int(self._log_entries or 16 * len(order) + 1024))
+                if c != OVERFLOW:
+                    return int(c), int(moved), int(nxt), int(scored)
             self.grow()
 
     def dense_matrix(self) -> np.ndarray:

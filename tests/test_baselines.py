@@ -253,7 +253,20 @@ def test_anneal_keeps_to_a_short_budget():
         order = baselines.anneal(g, budget_s=budget, seed=1)
         took = time.perf_counter() - t0
         assert sorted(order) == sorted(g.intermediates)
-        assert budget <= took < budget + 0.25, (budget, took)
+        # it may end early: once the descent that ends it converges
+        assert budget * (1 - baselines.POLISH_SHARE) <= took < budget + 0.25, (budget, took)
+
+
+def test_anneal_ends_where_no_vertex_moved_later_makes_the_order_cheaper():
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    order = baselines.anneal(g, iterations=3000, seed=2)  # without the descent: 7 such moves
+    cost = ag.cost(g, order)
+    for i in range(len(order)):
+        for j in range(i + 1, len(order)):
+            moved = list(order)
+            moved.insert(j, moved.pop(i))
+            assert ag.cost(g, moved) >= cost
 
 
 @pytest.mark.parametrize("value,error,message", [(-1, ValueError, "max_intermediates must be an int >= 0"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as hst
 
 import alphagrad as ag
 from alphagrad import baselines
-from alphagrad.evaluator import Evaluator
+from alphagrad.evaluator import Evaluator, expand
 from data_gen import random_programs as rp
 
 
@@ -219,8 +219,6 @@ def test_joins_commute_is_checked_not_assumed():
 
 
 def test_incremental_scores_equal_full_rescoring_with_false_twins_as_units():
-    from alphagrad.evaluator import expand
-
     ex = ag.examples.get("ShallowWater_16")
     g = ag.trace(ex.fn, *ex.args)
     ev = Evaluator(g)
@@ -235,3 +233,74 @@ def test_incremental_scores_equal_full_rescoring_with_false_twins_as_units():
         cur, best, scored = ev.anneal(order, best_order, 400, t0, t0 / 100, seed, window=8, units=units)
         assert scored > 0 and sorted(expand(order, *units)) == sorted(g.intermediates)
         assert cur == ev.cost(expand(order, *units)) and best == ev.cost(expand(best_order, *units)) <= start_cost
+
+
+def _later_moves(order):
+    """Every order one vertex moved to a later position makes of ``order``."""
+    for i in range(len(order)):
+        for j in range(i + 1, len(order)):
+            o = list(order)
+            o.insert(j, o.pop(i))
+            yield o
+
+
+def _descent_reaches_a_local_optimum(g, seed, prefix_len=0, units=None, base=None):
+    """``Evaluator.descend`` reports the re-scored cost of the order it leaves, never a
+    dearer one, and at the end of a pass that applies no move no vertex can move later to
+    make the order cheaper (checked by brute force)."""
+    ev = Evaluator(g)
+    rng = np.random.default_rng(seed)
+    base = list(g.intermediates) if base is None else base
+    full = [int(v) for v in rng.permutation(base)]
+    prefix, order = np.asarray(full[:prefix_len], np.int64), np.asarray(full[prefix_len:], np.int64)
+    units = units if units is not None else ev.units()
+    rest = lambda o: ev.cost(np.concatenate([prefix, expand(np.asarray(o, np.int64), *units)])) - ev.cost(prefix)
+    before = rest(order)
+    passes = 0
+    while True:
+        cost, moved, nxt, scored = ev.descend(order, prefix=prefix, units=units)
+        passes += 1
+        assert nxt == len(order) - 1 and scored <= len(order) ** 2
+        assert sorted(order) == sorted(full[prefix_len:])
+        assert cost == rest(order) <= before
+        before = cost
+        if moved == 0:
+            break
+    assert passes <= len(order)
+    assert all(rest(o) >= cost for o in _later_moves(order))
+    return passes
+
+
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "Encoder", "KalmanCV2D"])
+def test_descent_reaches_a_local_optimum_on_benchmarks(name):
+    ex = ag.examples.get(name)
+    g = ag.trace(ex.fn, *ex.args)
+    passes = [_descent_reaches_a_local_optimum(g, seed, prefix_len=5 * seed) for seed in range(2)]
+    assert max(passes) > 1  # moves were applied
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(seed=hst.integers(0, 10_000), ops=hst.integers(8, 40))
+def test_descent_reaches_a_local_optimum_on_random_programs(seed, ops):
+    g = _random_graph(seed, ops)
+    if len(g.intermediates) < 2:
+        return
+    _descent_reaches_a_local_optimum(g, seed, prefix_len=seed % 3 if len(g.intermediates) > 3 else 0)
+
+
+def test_descent_with_false_twins_as_units_and_a_limit():
+    ex = ag.examples.get("ShallowWater_16")
+    g = ag.trace(ex.fn, *ex.args)
+    ev = Evaluator(g)
+    units = ev.units(g.false_twins)
+    twin = {v for t in g.false_twins for v in t[1:]}
+    _descent_reaches_a_local_optimum(g, 0, units=units, base=[v for v in g.intermediates if v not in twin])
+    # a limit stops the pass at a position it reports; the pass goes on from there
+    order = np.asarray(np.random.default_rng(1).permutation(g.intermediates), np.int64)
+    whole = order.copy()
+    cost, _, nxt, scored = ev.descend(order, limit=10)
+    assert 10 <= scored < 10 + len(order) and nxt < len(order) - 1
+    assert cost == ev.cost(order)
+    ev.descend(order, first=nxt)
+    ev.descend(whole)
+    assert (order == whole).all()
