@@ -229,8 +229,8 @@ def markdown(report: dict) -> str:
     for title, block in (("Published tasks", report.get("published", {})), ("Large graphs", report["quality"])):
         if not block:
             continue
-        L += ["", f"{title}: cost / best baseline (new annealer with {chains} chains / old, mean over seeds "
-                  f"{report['config']['seeds']})", "",
+        L += ["", f"{title}: cost / best baseline (new annealer with {chains} chains, each ending with its "
+                  f"descent / old, mean over seeds {report['config']['seeds']})", "",
               "| graph | n | " + " | ".join(f"{b} s" for b in budgets) + " |",
               "|---|---|" + "---|" * len(budgets)]
         for name, r in block.items():
