@@ -29,8 +29,10 @@ makes is recorded in an undo log, so the state goes back to position ``lo`` by u
 what came after it (work proportional to what changed, never a copy of the whole state).
 Scoring stops as soon as the running cost exceeds what the Metropolis rule could accept,
 or once, past ``hi``, the state's hash equals the current order's at the same position:
-the same edges remain, so the rest of the order costs what it cost before. Hashes only
-steer the search: every order a search returns is re-scored from scratch.
+the same edges remain, so the rest of the order costs what it cost before. The descent
+that ends annealing (:func:`descend`) rests on the same fact: it scores every later
+position of one vertex in a single walk of the rest of the order. Hashes only steer the
+search: every order a search returns is re-scored from scratch.
 
 Kernels that allocate nothing (eliminating, undoing, seeking, scoring) compile with
 ``_nrt=False``, without numba's reference counting: unpacking the state's 12 arrays cost
