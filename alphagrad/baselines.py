@@ -256,7 +256,8 @@ def _descend(step, n, limit=None, deadline=None, stop=None, on_best=None, span=0
     (:meth:`Evaluator.descend` on one order) pass after pass over the order's ``n``
     positions until a whole pass applies no move (a local optimum), ``limit`` targets have
     been scored, ``deadline`` (``time.perf_counter``) has passed or ``stop`` is set; with a
-    deadline, in calls of about ``span`` seconds, sized from the measured speed. Calls
+    deadline, in calls of about ``span`` seconds, sized from the measured speed (a call
+    first re-scores the order: two eliminations a position). Calls
     ``on_best(cost)`` when a call improves the order."""
     first, clean, ask = 0, 0, 4 * n
     while clean < n - 1 and (limit is None or limit > 0):
@@ -459,7 +460,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
             return
         try:
             _descend(descend_of(k), len(grouped), iterations, None if iterations is not None else t_start + budget_s,
-                     stop, report)
+                     stop, report, max(0.01 * budget_s, MIN_CHUNK_S))
         except KeyboardInterrupt:
             _interrupted(t_start, budget_s, stop)
 
