@@ -254,7 +254,7 @@ def test_anneal_keeps_to_a_short_budget():
         took = time.perf_counter() - t0
         assert sorted(order) == sorted(g.intermediates)
         # it may end early: once the descent that ends it converges
-        assert budget * (1 - baselines.POLISH_SHARE) <= took < budget + 0.25, (budget, took)
+        assert budget * (1 - baselines.DESCENT_SHARE) <= took < budget + 0.25, (budget, took)
 
 
 def test_anneal_ends_where_no_vertex_moved_later_makes_the_order_cheaper():
