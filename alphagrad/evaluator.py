@@ -752,8 +752,8 @@ def _unit_logged(work, v, gstart, gmem, compose, join, cost, mark, pos, log):
 
 @numba.njit(cache=True, nogil=True)
 def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_entries):
-    """Steepest descent over moves of one unit to a later position, on ``order`` (updated
-    in place), from position ``first`` on until the end of the order or until ``limit``
+    """A descent over moves of one unit to a later position, on ``order`` (updated in
+    place), from position ``first`` on until the end of the order or until ``limit``
     targets have been scored: at each position every later target is scored in one walk
     of the rest of the order without the unit, eliminating the unit after each step and
     undoing it (the state after the same set of eliminations is the same whatever their

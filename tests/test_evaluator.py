@@ -76,6 +76,9 @@ def test_pools_and_logs_grow_without_changing_any_result():
     tight._log_entries = 1  # the undo log grows in the first pass and while scoring a move
     assert tight.anneal(a, best_a, 300, 50.0, 0.5, 3) == roomy.anneal(b, best_b, 300, 50.0, 0.5, 3)
     assert (a == b).all() and (best_a == best_b).all()
+    a, b = (np.asarray(baselines.reverse(g), np.int64) for _ in range(2))
+    tight._pool, tight._log_entries = 8, 1
+    assert tight.descend(a) == roomy.descend(b) and (a == b).all()
     state = tight.new_state()
     tight._pool = 8
     total = sum(tight.step(state, v) for v in baselines.forward(g))
