@@ -154,6 +154,7 @@ def compile_kernels(make_player=None, note: bool = False) -> float:
     for prefix in (None, order[:4]):
         rest = order if prefix is None else order[4:].copy()
         ev.anneal(rest.copy(), rest.copy(), 64, 1.0, 0.1, 0, prefix=prefix)
+        ev.descend(rest.copy(), prefix=prefix)
     if make_player is not None:
         player = make_player(graph, max(ev.cost(order), 1), ev)
         if player is not None:
