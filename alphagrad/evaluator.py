@@ -772,18 +772,17 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
     nolog = np.zeros(0, np.int64)
     pcost = np.zeros(n + 1, np.int64)
     phash = np.zeros(n + 1, np.int64)
-    work = copy_state(state0)
-    phash[0] = work[_META][2]
+    scan = copy_state(state0)
+    work = scan  # becomes the state at position first
+    phash[0] = scan[_META][2]
     for p in range(n):
-        m = _eliminate_unit(work, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog)
+        if p == first:
+            work = copy_state(scan)
+        m = _eliminate_unit(scan, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return OVERFLOW, np.int64(0), np.int64(first), np.int64(0)
         pcost[p + 1] = _add(pcost[p], m)
-        phash[p + 1] = work[_META][2]
-    work = copy_state(state0)
-    for p in range(first):
-        if _eliminate_unit(work, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog) < 0:
-            return OVERFLOW, np.int64(0), np.int64(first), np.int64(0)
+        phash[p + 1] = scan[_META][2]
     log = new_log(log_entries)
     moved = np.int64(0)
     scored = np.int64(0)
@@ -1158,22 +1157,18 @@ class Evaluator:
         the rest, and costs count the rest only; with ``units`` (:meth:`units`), they are
         orders of units. Returns ``(current cost, best cost, moves scored)``, costs
         saturated at ``COST_CAP``."""
-        prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
         gstart, gmem = units if units is not None else self.units()
-        while True:
-            start, flag = after(self.initial, prefix, self.compose, self.join, self.cost_table)
-            if flag != OVERFLOW:
-                best_in = order_cost(start, expand(best_order, gstart, gmem), self.compose, self.join,
-                                     self.cost_table)
-            if flag != OVERFLOW and best_in != OVERFLOW:
-                cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
-                                           min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)),
-                                           int(seed), int(window),
-                                           int(self._log_entries or 16 * len(order) + 1024),
-                                           self.tables.joins_commute, gstart, gmem)
-                if cur != OVERFLOW:
-                    return int(cur), int(best), int(scored)
-            self.grow()
+
+        def run(start):
+            best_in = order_cost(start, expand(best_order, gstart, gmem), self.compose, self.join, self.cost_table)
+            if best_in == OVERFLOW:
+                return None
+            cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
+                                       min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)), int(seed),
+                                       int(window), self._log_room(len(order)), self.tables.joins_commute,
+                                       gstart, gmem)
+            return None if cur == OVERFLOW else (int(cur), int(best), int(scored))
+        return self._after(prefix, run)
 
     def descend(self, order: np.ndarray, first: int = 0, limit: int | None = None, prefix=None,
                 units=None) -> tuple[int, int, int, int]:
@@ -1181,18 +1176,29 @@ class Evaluator:
         until the end of the order or ``limit`` targets scored (default: no limit), after
         ``prefix`` and with ``units`` as in :meth:`anneal`. Returns ``(cost, moves
         applied, next position, targets scored)``, the cost saturated at ``COST_CAP``."""
-        prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
         gstart, gmem = units if units is not None else self.units()
         limit = 2**62 if limit is None else limit
+
+        def run(start):
+            c, moved, nxt, scored = descend(start, self.compose, self.join, self.cost_table, order, int(first),
+                                            int(limit), gstart, gmem, self._log_room(len(order)))
+            return None if c == OVERFLOW else (int(c), int(moved), int(nxt), int(scored))
+        return self._after(prefix, run)
+
+    def _after(self, prefix, run):
+        """``run(state)`` on the state after eliminating ``prefix`` (default: none), the pools
+        grown and both run again while either overflows (``run`` returns None then)."""
+        prefix = np.zeros(0, np.int64) if prefix is None else np.asarray(prefix, np.int64)
         while True:
             start, flag = after(self.initial, prefix, self.compose, self.join, self.cost_table)
-            if flag != OVERFLOW:
-                c, moved, nxt, scored = descend(start, self.compose, self.join, self.cost_table, order, int(first),
-                                                int(limit), gstart, gmem,
-                                                int(self._log_entries or 16 * len(order) + 1024))
-                if c != OVERFLOW:
-                    return int(c), int(moved), int(nxt), int(scored)
+            out = run(start) if flag != OVERFLOW else None
+            if out is not None:
+                return out
             self.grow()
+
+    def _log_room(self, n: int) -> int:
+        """An undo log's first room for a search over ``n`` positions (tests shrink it)."""
+        return int(self._log_entries or 16 * n + 1024)
 
     def dense_matrix(self) -> np.ndarray:
         """The ``[V, V]`` structure-id matrix of release 0.1.0's dense evaluator."""
