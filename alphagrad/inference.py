@@ -13,8 +13,10 @@ call in a process runs every compiled kernel once on a small chain first, see
 3. the rest of the network's cheapest order after its opening (its first ``opening``
    share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
    search space (``python -m eval.bench_schedule`` measures what it gives);
-4. the cheapest order so far is annealed whole (:func:`alphagrad.baselines.anneal`)
-   for the rest of the budget.
+4. the cheapest order so far, the network's cheapest and the three baselines are each
+   descended, and the cheapest result annealed whole (:func:`alphagrad.baselines.anneal`)
+   for the rest of the budget: on large graphs these starts lie in basins of very
+   different depth.
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
@@ -195,7 +197,8 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             history.append((round(elapsed(), 3), int(cost), stage))
         return cost
 
-    costs = {name: offer(o, name) for name, o in baseline_orders(graph, ev).items()}
+    orders = baseline_orders(graph, ev)
+    costs = {name: offer(o, name) for name, o in orders.items()}
     network_cost = None
     n = len(graph.intermediates)
     bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
@@ -233,7 +236,8 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
-                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=best[1]), "anneal")
+                starts = [best[1]] + ([] if played is None else [played]) + list(orders.values())
+                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts), "anneal")
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
                       stacklevel=3)

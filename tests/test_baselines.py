@@ -97,7 +97,11 @@ def test_anneal_chains_side_by_side_only_add_to_the_chain_of_its_seed():
     three = baselines.anneal(g, iterations=3000, seed=5, threads=3)
     assert three == baselines.anneal(g, iterations=3000, seed=5, threads=3)  # deterministic
     assert ag.cost(g, three) <= ag.cost(g, one)
-    costs = {ag.cost(g, baselines.anneal(g, iterations=3000, seed=s, threads=1)) for s in (5, 5 + 7919, 5 + 2 * 7919)}
+    # from one start order, each chain is the single chain of its seed
+    start = baselines.reverse(g)
+    three = baselines.anneal(g, iterations=3000, seed=5, threads=3, start=start)
+    costs = {ag.cost(g, baselines.anneal(g, iterations=3000, seed=s, threads=1, start=start))
+             for s in (5, 5 + 7919, 5 + 2 * 7919)}
     assert ag.cost(g, three) == min(costs)  # the best of the three seeds' chains
     assert 1 <= baselines.default_threads() <= baselines.MAX_THREADS
 
@@ -381,3 +385,45 @@ def test_anneal_eliminates_false_twins_consecutively():
             assert at == list(range(at[0], at[0] + len(t))), (t, at)
     assert baselines.anneal(g, iterations=5000, seed=2, threads=2) == baselines.anneal(g, iterations=5000, seed=2,
                                                                                       threads=2)
+
+
+def test_anneal_descends_each_start_and_anneals_from_the_cheapest_result():
+    # RoeFlux_3d: reverse is the cheapest start, but forward descends to a cheaper order
+    ex = ag.examples.get("RoeFlux_3d")
+    g = ag.trace(ex.fn, *ex.args)
+    assert not g.false_twins
+    limit = 100_000
+    descended = {name: baselines.descend(g, name, limit=limit) for name in ("reverse", "forward")}
+    assert ag.cost(g, "reverse") < ag.cost(g, "forward")
+    assert ag.cost(g, descended["forward"]) < ag.cost(g, descended["reverse"])
+    out = baselines.anneal(g, iterations=limit, seed=4, threads=1, start=["reverse", "forward"])
+    assert out == baselines.anneal(g, iterations=limit, seed=4, threads=1, start=descended["forward"])
+    two = baselines.anneal(g, iterations=limit, seed=4, threads=2, start=["forward", "reverse"])
+    assert ag.cost(g, two) <= ag.cost(g, out)  # the same chain, and one more
+    # a list of orders in any form resolve_order takes
+    mixed = baselines.anneal(g, iterations=10, start=[tuple(baselines.reverse(g)), "markowitz"])
+    assert ag.cost(g, mixed) <= min(ag.cost(g, "reverse"), ag.cost(g, "markowitz"))
+    with pytest.raises(ValueError, match="not a permutation|intermediate"):
+        baselines.anneal(g, iterations=10, start=["reverse", [1, 2, 3]])
+    with pytest.raises(ValueError, match="keep = 5 keeps the opening of one start order.*pass one"):
+        baselines.anneal(g, iterations=10, start=["reverse", "forward"], keep=5)
+
+
+def test_descend_reaches_an_order_no_later_move_improves():
+    ex = ag.examples.get("RobotArm_6DOF")
+    g = ag.trace(ex.fn, *ex.args)
+    start = baselines.reverse(g)
+    order = baselines.descend(g, start)
+    assert sorted(order) == sorted(g.intermediates) and order == baselines.descend(g, order)
+    cost = ag.cost(g, order)
+    assert cost < ag.cost(g, start)
+    for i in range(len(order)):
+        for j in range(i + 1, len(order)):
+            moved = list(order)
+            moved.insert(j, moved.pop(i))
+            assert ag.cost(g, moved) >= cost
+    assert baselines.descend(g, start, limit=0) == start
+    partial = baselines.descend(g, start, limit=len(start) ** 2)  # about two passes
+    assert sorted(partial) == sorted(g.intermediates) and cost <= ag.cost(g, partial) < ag.cost(g, start)
+    with pytest.raises(ValueError, match="limit must be an int >= 0"):
+        baselines.descend(g, start, limit=-1)
