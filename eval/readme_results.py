@@ -96,7 +96,7 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
               md_table(["task", "best baseline"] + ours + ["AlphaZero (pub.)"], rows), ""]
 
     if report.get("targets"):
-        L += ["Targets of issue #6 measured by this run (`eval/targets.py`):", "",
+        L += ["Targets of the open issues (13, 14) measured by this run (`eval/targets.py`):", "",
               md_table(*targets.table(report["targets"])), ""]
     checks = report["checks"]
     L += ["Checks: " + "; ".join(f"{c['check']}: **{c['status']}**" for c in checks) + "."

@@ -839,7 +839,7 @@ def render_markdown(report: dict, tabs: dict) -> str:
               "published ones (Lohoff & Neftci, NeurIPS 2024; `eval/published.py`) to the published best "
               "baseline on the published graph, so the ratios compare although graphs and cost models "
               "differ.", "", md_table(*tabs["published"]), ""]
-    L += ["## Targets of issue #6", "", "Measured from this report's records (`eval/targets.py`); "
+    L += ["## Targets of the open issues (13, 14)", "", "Measured from this report's records (`eval/targets.py`); "
           "`not measured` where this run lacks the methods, budgets or graphs a target needs.", "",
           md_table(*targets.table(report["targets"])), ""]
     L += ["## Per graph", "", "Multiplications (ratio to the best baseline); files `per_graph.csv` "
