@@ -63,10 +63,9 @@ def evaluate(records: list[dict]) -> list[dict]:
     """Every target, judged on ``records`` (``report.json``'s ``records``)."""
     from eval.report import geomean
 
-    out = []
+    out, large = [], _large(records)
     for fam, bound in ZERO_SHOT_BOUNDS:
-        rs = _ok(_large(records) if fam == "large" else records, kind="zero-shot",
-                 **({} if fam == "large" else {"family": fam}))
+        rs = _ok(large, kind="zero-shot") if fam == "large" else _ok(records, kind="zero-shot", family=fam)
         gm = geomean([r["ratio_best"] for r in rs])
         where = f"graphs of {LARGE[0]}-{LARGE[1]} intermediates" if fam == "large" else fam
         out.append(_row(f"13: zero-shot geomean / best baseline on {where} <= {bound:g}", _rounded(gm),
@@ -77,7 +76,6 @@ def evaluate(records: list[dict]) -> list[dict]:
                         _rounded(max(secs)) if secs else None, max(secs) <= bound if secs else None,
                         f"{len(secs)} graphs" if secs else "no such graph"))
 
-    large = _large(records)
     for b in sorted({r["budget_s"] for r in _ok(large, kind="agent")}):
         for others, bound, what in ((("anneal",), VS_ANNEAL, f"anneal@{b:g}s"),
                                     (CONTROLS, VS_CONTROLS, f"the best control@{b:g}s ({', '.join(CONTROLS)})")):
