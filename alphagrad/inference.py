@@ -12,8 +12,9 @@ call in a process runs every compiled kernel once on a small chain first, see
    most ``sample_fraction`` of the budget;
 3. the rest of the network's cheapest order after its opening (its first ``opening``
    share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
-   search space (``python -m eval.bench_schedule`` measures what it gives);
-4. the cheapest order so far, the network's cheapest and the three baselines are each
+   search space; off by default (``opening`` 0), since ``python -m eval.bench_schedule``
+   measures it no better at 5 s and worse at 1 s, where annealing needs the time;
+4. the three baselines, the network's cheapest order and the cheapest so far are each
    descended, and the cheapest result annealed whole (:func:`alphagrad.baselines.anneal`)
    for the rest of the budget: on large graphs these starts lie in basins of very
    different depth.
@@ -48,8 +49,8 @@ class InferenceSettings:
 
     samples: int = 32
     temperature: float = 1.0
-    sample_fraction: float = 0.25
-    opening: float = 0.5
+    sample_fraction: float = 0.1
+    opening: float = 0.0
     opening_share: float = 0.5
     anneal: bool = True
 
@@ -236,7 +237,10 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
-                starts = [best[1]] + ([] if played is None else [played]) + list(orders.values())
+                # the baselines, as annealing alone orders them, and the best so far (the
+                # network's when it beat them): a start more takes a share of the start stage
+                # from the others, which on large graphs at short budgets decides the basin
+                starts = list(orders.values()) + [best[1]]
                 offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts), "anneal")
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",

@@ -3,7 +3,7 @@
 Runs :func:`alphagrad.inference.find_order` with the bundled network and with the
 one-parameter Markowitz prior (the control), each with and without the opening stage
 (``InferenceSettings.opening``), beside annealing alone, on the large held-out graphs of
-``--data`` at one budget, one after another on each graph (same seed; each schedule
+``--data`` at each budget, one after another on each graph (same seed; each schedule
 compiled by an untimed warm-up call first). Prints and writes cost / best baseline per
 graph and the geometric means to ``OUT/report.md`` (and ``report.json``).
 """
@@ -22,7 +22,7 @@ import numpy as np
 FAMILIES = ("large_random", "large_zoo_chained", "large_real")
 
 
-def run(model: str, data: str, split: str, per_family: int, budget: float, seed: int, openings) -> dict:
+def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, openings) -> dict:
     import datasets as hf
 
     import alphagrad
@@ -40,25 +40,36 @@ def run(model: str, data: str, split: str, per_family: int, budget: float, seed:
             continue
         count[row["family"]] += 1
         graph, scale = row_to_graph(row), max(row["best_baseline"], 1)
-        ratios = {"anneal": alphagrad.cost(graph, baselines.anneal(graph, budget_s=budget, seed=seed)) / scale}
+        ratios = {}
         for name, make in players.items():
             for opening in openings:
-                settings = InferenceSettings(opening=opening)
-                find_order(graph, make, min(budget, 0.2), seed, settings)  # compiles
-                ratios[f"{name}, opening {opening:g}"] = find_order(graph, make, budget, seed, settings).cost / scale
+                find_order(graph, make, min(min(budgets), 0.2), seed, InferenceSettings(opening=opening))  # compiles
+        for budget in budgets:
+            ratios[f"anneal @{budget:g}s"] = alphagrad.cost(
+                graph, baselines.anneal(graph, budget_s=budget, seed=seed)) / scale
+            for name, make in players.items():
+                for opening in openings:
+                    settings = InferenceSettings(opening=opening)
+                    ratios[f"{name}, opening {opening:g} @{budget:g}s"] = find_order(
+                        graph, make, budget, seed, settings).cost / scale
         rows.append({"name": row["name"], "intermediates": row["num_intermediates"], "ratios": ratios})
         print(row["name"], " ".join(f"{k}={v:.3f}" for k, v in ratios.items()), file=sys.stderr, flush=True)
     return {"rows": rows}
 
 
 def markdown(report: dict) -> str:
-    methods = list(report["rows"][0]["ratios"])
-    lines = ["| graph | intermediates | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    """Geometric means (a method per row, a budget per column), then every graph."""
+    columns = list(report["rows"][0]["ratios"])
+    means = {c: np.exp(np.mean(np.log([r["ratios"][c] for r in report["rows"]]))) for c in columns}
+    methods = list(dict.fromkeys(c.rsplit(" @", 1)[0] for c in columns))
+    budgets = list(dict.fromkeys(c.rsplit(" @", 1)[1] for c in columns))
+    lines = ["| method | " + " | ".join(budgets) + " |", "|---|" + "---|" * len(budgets)]
+    lines += [f"| {m} | " + " | ".join(f"{means[f'{m} @{b}']:.4f}" for b in budgets) + " |" for m in methods]
+    lines += ["", "| graph | intermediates | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for r in report["rows"]:
-        lines.append(f"| {r['name']} | {r['intermediates']} | " + " | ".join(f"{r['ratios'][m]:.3f}" for m in methods)
+        lines.append(f"| {r['name']} | {r['intermediates']} | " + " | ".join(f"{r['ratios'][c]:.3f}" for c in columns)
                      + " |")
-    means = [np.exp(np.mean(np.log([r["ratios"][m] for r in report["rows"]]))) for m in methods]
-    lines.append("| geometric mean | | " + " | ".join(f"**{x:.4f}**" for x in means) + " |")
+    lines.append("| geometric mean | | " + " | ".join(f"**{means[c]:.4f}**" for c in columns) + " |")
     return "\n".join(lines)
 
 
@@ -69,11 +80,17 @@ def main(argv=None) -> int:
     p.add_argument("--data", default="data/train")
     p.add_argument("--split", default="heldout")
     p.add_argument("--per-family", type=int, default=4)
-    p.add_argument("--budget", type=float, default=5.0)
+    p.add_argument("--budgets", default="1,5", help="comma-separated seconds (default 1,5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval/results/schedule")
     args = p.parse_args(argv)
-    report = run(args.model, args.data, args.split, args.per_family, args.budget, args.seed, (0.0, 0.5))
+    try:
+        budgets = [float(b) for b in args.budgets.split(",")]
+    except ValueError:
+        p.error(f"--budgets {args.budgets!r} must be comma-separated seconds, e.g. 1,5")
+    if not budgets or not all(0 < b < float("inf") for b in budgets):
+        p.error(f"--budgets {args.budgets!r}: every budget must be a finite number of seconds > 0")
+    report = run(args.model, args.data, args.split, args.per_family, budgets, args.seed, (0.0, 0.5))
     if not report["rows"]:
         p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
     report["command"] = "python -m eval.bench_schedule " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -84,7 +101,7 @@ def main(argv=None) -> int:
     table = markdown(report)
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(f"# The schedule's opening stage\n\n`{report['command']}` ({report['machine']}): cost / best "
-                f"baseline at {args.budget:g} s, seed {args.seed}\n\n{table}\n")
+                f"baseline at {args.budgets} s, seed {args.seed}\n\n{table}\n")
     print(table)
     return 0
 

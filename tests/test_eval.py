@@ -399,11 +399,14 @@ def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, 
     from eval import bench_schedule as BS
 
     out = str(tmp_path / "schedule")
-    assert BS.main(["--model", model, "--data", data, "--budget", "0.1", "--out", out]) == 0
+    assert BS.main(["--model", model, "--data", data, "--budgets", "0.1,0.2", "--out", out]) == 0
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert report["rows"] and all(r["name"] for r in report["rows"])
+    methods = ["anneal", "network, opening 0", "network, opening 0.5", "markowitz-prior, opening 0",
+               "markowitz-prior, opening 0.5"]
     for r in report["rows"]:
-        assert list(r["ratios"]) == ["anneal", "network, opening 0", "network, opening 0.5",
-                                     "markowitz-prior, opening 0", "markowitz-prior, opening 0.5"]
+        assert list(r["ratios"]) == [f"{m} @{b}s" for b in ("0.1", "0.2") for m in methods]
         assert all(0 < x <= 1 for x in r["ratios"].values())  # never worse than the best baseline
     assert "| geometric mean |" in _read(os.path.join(out, "report.md"))
+    with pytest.raises(SystemExit):
+        BS.main(["--model", model, "--data", data, "--budgets", "0,1", "--out", out])

@@ -46,7 +46,7 @@ def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_recor
     assert without.network_cost is None and without.cost <= without.best_baseline
 
 
-def test_the_opening_stage_anneals_after_the_players_opening_and_can_be_turned_off(graph, monkeypatch):
+def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_default(graph, monkeypatch):
     from alphagrad import baselines
 
     calls = []
@@ -66,8 +66,13 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_can_be_turned_o
     assert {stage for _, _, stage in r.history} <= {"forward", "reverse", "markowitz", "network greedy",
                                                      "anneal after the network's opening", "anneal"}
     calls.clear()
-    find_order(graph, lambda *a: player, 0.2, 0, InferenceSettings(samples=0, opening=0.0))
+    find_order(graph, lambda *a: player, 0.2, 0)  # the default: no opening stage
     assert [c.get("keep", 0) for c in calls] == [0]
+    # the last stage starts from the baselines, as annealing alone does, and the best so far
+    ev = Evaluator(graph)
+    orders = [baselines.forward(graph), baselines.reverse(graph), ev.markowitz()]
+    best = min(orders + [player.play()], key=lambda o: ag.cost(graph, o))
+    assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in orders + [best]]
 
 
 @pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
