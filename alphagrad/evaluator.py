@@ -833,33 +833,39 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
 
 # ------------------------------------------- the dense evaluator of release 0.1.0
 @numba.njit(cache=True, nogil=True)
-def move_deltas(state0, order, positions, horizon, compose, join, cost):
+def move_deltas(state0, order, positions, horizon, compose, join, cost, slack=0):
     """How much moving one later vertex to position ``t`` changes the cost of ``order``,
-    for each ``t`` in ``positions`` (ascending): the soft policy targets of training.
+    for each ``t`` in ``positions`` (ascending): the policy targets of training.
 
     For each ``t`` and each ``j`` in ``t .. min(n, t + horizon) - 1``, the order
     ``order[:t] + [order[j]] + order[t:j] + order[j + 1:]`` is scored: from position
     ``j + 1`` on it has eliminated the same vertices as ``order``, hence the same edges
-    remain and the rest costs the same, so only positions ``t .. j`` are re-eliminated
-    (from the state after ``t``, through the undo log). Scoring stops once the variant is
-    sure to cost more.
+    remain, so positions ``t .. j`` are re-eliminated (from the state after ``t``, through
+    the undo log) and then later ones only until the state's hash equals the order's at
+    the same position (edge structures can depend on the path: until they coincide, the
+    rest may cost differently). Scoring stops once the variant is sure to cost more than
+    ``slack`` above the order.
 
     Returns ``(deltas, flag)``: ``deltas[p, j - t]`` is the variant's cost minus the
-    order's when it is <= 0, else 1 (costs more), or 2 (past the horizon or the order's
-    end); ``flag`` is :data:`OVERFLOW` if a pool filled up, else 0."""
+    order's when it is <= ``slack``, else ``slack + 1`` (costs more), or 2 past the
+    horizon or the order's end (``slack + 1`` where that is larger); ``flag`` is
+    :data:`OVERFLOW` if a pool filled up, else 0."""
     n = order.shape[0]
     V = state0[0].shape[0]
-    deltas = np.full((positions.shape[0], horizon), 2, np.int64)
+    deltas = np.full((positions.shape[0], horizon), max(2, slack + 1), np.int64)
     work = copy_state(state0)
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     empty = np.zeros(0, np.int64)
     steps = np.zeros(n, np.int64)  # the order's cost of each position
+    phash = np.zeros(n + 1, np.int64)  # the state's hash after each position
+    phash[0] = work[_META][2]
     for p in range(n):
         m = eliminate(work, order[p], compose, join, cost, mark, pos, empty)
         if m < 0:
             return deltas, OVERFLOW
         steps[p] = m
+        phash[p + 1] = work[_META][2]
     work = copy_state(state0)
     log = new_log(1024)
     done = 0
@@ -880,13 +886,22 @@ def move_deltas(state0, order, positions, horizon, compose, join, cost):
                 return deltas, OVERFLOW
             run = m
             p = t
-            while p < j and run <= segment:
+            while p < j and run <= segment + slack:
                 m, log = eliminate_logged(work, order[p], compose, join, cost, mark, pos, log)
                 if m < 0:
                     return deltas, OVERFLOW
                 run += m
                 p += 1
-            deltas[r, j - t] = run - segment if run <= segment else 1
+            spent = segment  # what the order spends on the positions the variant re-eliminated
+            q = j + 1
+            while run <= spent + slack and q < n and work[_META][2] != phash[q]:
+                m, log = eliminate_logged(work, order[q], compose, join, cost, mark, pos, log)
+                if m < 0:
+                    return deltas, OVERFLOW
+                run += m
+                spent += steps[q]
+                q += 1
+            deltas[r, j - t] = run - spent if run <= spent + slack else slack + 1
             undo(work, log, 0)
     return deltas, np.int64(0)
 

@@ -144,12 +144,15 @@ def decoder_weights(params, h) -> tuple:
             f64(p["second"]["bias"]), f64(p["logit"]["kernel"][:, 0]), float(p["logit"]["bias"][0]))
 
 
-def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25):
+def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25, regret_weight: float = 0.0):
     """Loss on a batch of ``G`` graphs with ``K`` states each (:mod:`train.data`):
-    cross-entropy to the soft policy target over the legal moves, weighted towards the
-    endgame (weight ``0.5 + progress``), plus ``value_weight`` times the Huber error
-    (delta 1: squared below 1, linear above) of the normalised cost-to-go. Returns
-    ``(loss, metrics)``."""
+    cross-entropy to the soft policy target over the legal moves, plus ``regret_weight``
+    times the policy's expected regret (``batch["regret"]``: ``log1p`` of what each move
+    adds to the completed cost over that cost; 0 where unscored), so that a move that
+    multiplies the cost weighs more than one that is merely not the best; both weighted
+    towards the endgame (weight ``0.5 + progress``); plus ``value_weight`` times the Huber
+    error (delta 1: squared below 1, linear above) of the normalised cost-to-go. Returns
+    ``(loss, metrics)``; ``greedy_regret`` is the regret of the policy's best move."""
 
     def one(static, src, dst, edge, ne, vmask, dynamic, legal, progress):
         h = net.apply(params, static, src, dst, edge, ne, vmask, method=PolicyNet.encode)
@@ -167,13 +170,17 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25)
     denom = jnp.maximum(weight.sum(), 1e-9)
     policy = (weight * xent).sum() / denom
     excess = (weight * (xent - entropy)).sum() / denom
-    hit = jnp.take_along_axis(target, jnp.argmax(jnp.where(legal, logits, -1e9), -1)[..., None], -1)[..., 0] > 0
+    top = jnp.argmax(jnp.where(legal, logits, -1e9), -1)[..., None]
+    hit = jnp.take_along_axis(target, top, -1)[..., 0] > 0
     accuracy = (weight * hit).sum() / denom
+    regret = (weight * (jnp.exp(logp) * batch["regret"]).sum(-1)).sum() / denom
+    greedy_regret = (weight * jnp.take_along_axis(batch["regret"], top, -1)[..., 0]).sum() / denom
     # Huber, not squared: a state the policy's own opening ruined can cost 100x the best
     # baseline still to come, and its squared error once outweighed the policy loss 200-fold
     import optax  # training only: loading a model for inference does not need it
 
     value_err = optax.huber_loss(value, batch["value"], delta=1.0)
     value_loss = (batch["weight"] * value_err).sum() / jnp.maximum(batch["weight"].sum(), 1e-9)
-    return policy + value_weight * value_loss, {"policy_loss": policy, "excess": excess, "value_loss": value_loss,
-                                                "accuracy": accuracy}
+    return policy + regret_weight * regret + value_weight * value_loss, {
+        "policy_loss": policy, "excess": excess, "value_loss": value_loss, "accuracy": accuracy,
+        "regret": regret, "greedy_regret": greedy_regret}

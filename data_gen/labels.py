@@ -7,8 +7,10 @@ at each labelled position ``t``, every later vertex ``u`` (up to ``horizon`` pos
 ahead) is moved to ``t`` and the whole order re-scored incrementally
 (:func:`alphagrad.evaluator.move_deltas`). The policy target at ``t`` is the set of moves
 that keep the completed cost minimal (typically most of them: many eliminations commute),
-not the one move the annealed order happens to make; the value target is the cost the
-order still spends from ``t``, over the graph's best baseline.
+not the one move the annealed order happens to make; beside it, every candidate's regret
+(what the move adds to the completed cost, over that cost, measured up to ``regret_cap``)
+tells the trainer how much a wrong move loses; the value target is the cost the order
+still spends from ``t``, over the graph's best baseline.
 
 Output: DIR/labels/ is a ``datasets.DatasetDict`` (``train``, ``validation``) with one row
 per graph, joined to the graphs by ``graph_hash``. Work is saved in chunks in
@@ -24,7 +26,10 @@ kept, and the positions from the split on are labelled the same way, in DIR/dagg
 ``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
 ``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
 ``moves`` (per position: the vertices whose move to that position keeps the cost
-minimal) and ``deltas`` (their cost change, <= 0; equal to the minimum); ``to_go`` (per
+minimal) and ``deltas`` (their cost change, <= 0; equal to the minimum); ``regrets`` (per
+position: for the candidates ``order[t:t + horizon]`` in that order, what moving each to
+``t`` adds to the cheapest move's cost, over the order's cost, float32, at most
+``regret_cap``); ``to_go`` (per
 position: what the order spends from there); ``anneal_moves``; ``seconds``.
 """
 
@@ -42,7 +47,7 @@ import time
 import numpy as np
 
 #: Version of the label columns; the trainer refuses labels of another version.
-LABEL_SCHEMA_VERSION = 1
+LABEL_SCHEMA_VERSION = 2
 LABEL_SPLITS = ("train", "validation")
 _META_KEY = b"alphagrad.labels"
 
@@ -56,6 +61,8 @@ class LabelConfig:
         (``moves_per_vertex * n`` clipped to ``[min_moves, max_moves]``).
       positions: labelled positions per graph (all of them for shorter orders).
       horizon: candidate moves per position (the next ``horizon`` vertices of the order).
+      regret_cap: a move's regret is measured up to this multiple of the order's cost
+        (scoring a worse move stops there; it is recorded as the cap).
       chunk_size: graphs per saved chunk.
     """
 
@@ -64,6 +71,7 @@ class LabelConfig:
     max_moves: int = 100_000
     positions: int = 64
     horizon: int = 256
+    regret_cap: float = 3.0
     chunk_size: int = 64
 
     def identity(self) -> dict:
@@ -79,6 +87,7 @@ def features():
     return hf.Features({
         "graph_hash": hf.Value("string"), "order": hf.List(i32), "cost": i64, "best_baseline": i64,
         "positions": hf.List(i32), "moves": hf.List(hf.List(i32)), "deltas": hf.List(hf.List(i64)),
+        "regrets": hf.List(hf.List(hf.Value("float32"))),
         "to_go": hf.List(i64), "anneal_moves": i64, "seconds": hf.Value("float32"),
     })
 
@@ -131,18 +140,21 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     pos = split + positions(n - split, config.positions)
     if player is not None:  # the state the policy reached is labelled first
         pos = np.unique(np.concatenate([[split], pos[:config.positions - 1]]))
-    deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table)
+    cost = int(ev.cost(order))
+    slack = int(config.regret_cap * cost)
+    deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
     _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
-    good, gains = [], []
+    good, gains, regrets = [], [], []
     for r, t in enumerate(pos):
         d = deltas[r, :max(0, min(config.horizon, n - t))]
         best = d.min()
         j = np.flatnonzero(d == best)
         good.append(order[t + j].tolist())
         gains.append([int(best)] * len(j))
-    return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": int(ev.cost(order)),
+        regrets.append(np.minimum((d - best) / max(cost, 1), config.regret_cap).astype(np.float32).tolist())
+    return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": cost,
             "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
-            "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
+            "regrets": regrets, "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _chunk_path(out: str, split: str, number: int) -> str:

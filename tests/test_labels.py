@@ -36,23 +36,23 @@ def _program(seed, ops):
     return ag.trace(f, *args)
 
 
-def _brute_deltas(ev, order, positions, horizon):
+def _brute_deltas(ev, order, positions, horizon, slack=0):
     """``move_deltas`` by re-scoring ``order[:t] + [order[j]] + order[t:j] + order[j+1:]``
     from scratch for every position ``t`` and every ``j`` within the horizon."""
     order = [int(v) for v in order]
     n, base = len(order), ev.cost(order)
-    out = np.full((len(positions), horizon), 2, np.int64)
+    out = np.full((len(positions), horizon), max(2, slack + 1), np.int64)
     for r, t in enumerate(positions):
         for j in range(t, min(n, t + horizon)):
             moved = order[:t] + [order[j]] + order[t:j] + order[j + 1:]
             d = ev.cost(moved) - base
-            out[r, j - t] = d if d <= 0 else 1
+            out[r, j - t] = d if d <= slack else slack + 1
     return out
 
 
-def _move_deltas(ev, order, positions, horizon):
+def _move_deltas(ev, order, positions, horizon, slack=0):
     deltas, flag = move_deltas(ev.initial, np.asarray(order, np.int64), np.asarray(positions, np.int64),
-                               horizon, ev.compose, ev.join, ev.cost_table)
+                               horizon, ev.compose, ev.join, ev.cost_table, slack)
     assert flag == 0
     return deltas
 
@@ -66,10 +66,10 @@ def test_move_deltas_equal_brute_force_on_zoo_graphs(name):
     annealed = baselines.anneal(g, iterations=3000, seed=1)
     for order in (rng.permutation(g.intermediates), annealed):
         positions = L.positions(n, 20)
-        for horizon in (256, 9):
-            got = _move_deltas(ev, order, positions, horizon)
-            np.testing.assert_array_equal(got, _brute_deltas(ev, order, positions, horizon),
-                                          err_msg=f"horizon {horizon}")
+        for horizon, slack in ((256, 0), (9, 0), (256, ev.cost(order) // 3), (9, 10 ** 12)):
+            got = _move_deltas(ev, order, positions, horizon, slack)
+            np.testing.assert_array_equal(got, _brute_deltas(ev, order, positions, horizon, slack),
+                                          err_msg=f"horizon {horizon}, slack {slack}")
             assert (got[:, 0] == 0).all()  # moving the vertex already at t changes nothing
     # the cases the labels tell apart all occur: cheaper, equal, dearer moves, and the end
     random_order = _move_deltas(ev, rng.permutation(g.intermediates), L.positions(n, 20), 256)
@@ -79,8 +79,8 @@ def test_move_deltas_equal_brute_force_on_zoo_graphs(name):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(seed=hst.integers(0, 10_000), ops=hst.integers(8, 40), horizon=hst.integers(1, 50),
-       data=hst.data())
-def test_move_deltas_equal_brute_force_on_random_programs(seed, ops, horizon, data):
+       slack=hst.sampled_from([0, 1, 50, 10 ** 12]), data=hst.data())
+def test_move_deltas_equal_brute_force_on_random_programs(seed, ops, horizon, slack, data):
     g = _program(seed, ops)
     n = len(g.intermediates)
     if n < 2:
@@ -88,8 +88,8 @@ def test_move_deltas_equal_brute_force_on_random_programs(seed, ops, horizon, da
     ev = Evaluator(g)
     order = np.random.default_rng(seed).permutation(g.intermediates)
     positions = sorted(data.draw(hst.sets(hst.integers(0, n - 1), min_size=1, max_size=8)))
-    np.testing.assert_array_equal(_move_deltas(ev, order, positions, horizon),
-                                  _brute_deltas(ev, order, positions, horizon))
+    np.testing.assert_array_equal(_move_deltas(ev, order, positions, horizon, slack),
+                                  _brute_deltas(ev, order, positions, horizon, slack))
 
 
 def test_positions_cover_short_orders_and_favour_the_endgame():
@@ -130,8 +130,10 @@ def test_label_row_targets_are_the_best_moves_and_the_cost_to_go(graph, annealed
     assert row["cost"] <= best or not annealed  # annealing starts from the best baseline
     assert row["anneal_moves"] == int(np.clip(CONFIG.moves_per_vertex * n, CONFIG.min_moves, CONFIG.max_moves))
     assert row["positions"] == L.positions(n, CONFIG.positions).tolist()
-    assert len(row["moves"]) == len(row["deltas"]) == len(row["to_go"]) == len(row["positions"])
+    assert len(row["moves"]) == len(row["deltas"]) == len(row["to_go"]) == len(row["positions"]) \
+        == len(row["regrets"])
     brute = _brute_deltas(ev, order, row["positions"], CONFIG.horizon)
+    exact = _brute_deltas(ev, order, row["positions"], CONFIG.horizon, slack=10 ** 15)
     state, steps = ev.new_state(), []
     for v in order:
         steps.append(ev.step(state, v))
@@ -142,6 +144,10 @@ def test_label_row_targets_are_the_best_moves_and_the_cost_to_go(graph, annealed
         assert row["moves"][r] == want, f"position {t}"
         assert row["deltas"][r] == [int(d.min())] * len(want) and d.min() <= 0
         assert row["to_go"][r] == sum(steps[t:])
+        # regrets: what each candidate adds to the best move, over the order's cost, capped
+        e = exact[r, :min(CONFIG.horizon, n - t)]
+        want_regret = np.minimum((e - e.min()) / row["cost"], CONFIG.regret_cap)
+        np.testing.assert_allclose(row["regrets"][r], want_regret, rtol=1e-6, err_msg=f"position {t}")
         several += len(want) > 1
     assert several > 0  # soft targets: several equally good moves somewhere
     if not annealed:  # positions where a move saves, and where not every saving move is best

@@ -120,18 +120,19 @@ def _batch(rng, G=2, K=3, V=16, E=40):
         "edge_features": rng.normal(size=(G, E, policy.NUM_EDGE)).astype(np.float32),
         "num_edges": np.asarray([E, E // 2], np.int32), "vmask": np.ones((G, V), bool),
         "dynamic": rng.normal(size=(G, K, V, policy.NUM_DYNAMIC)).astype(np.float32), "legal": legal,
-        "target": target, "value": rng.random((G, K)).astype(np.float32),
+        "target": target, "regret": np.where(legal, rng.random((G, K, V)), 0.0).astype(np.float32),
+        "value": rng.random((G, K)).astype(np.float32),
         "progress": rng.random((G, K)).astype(np.float32), "weight": weight,
     }
 
 
-def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
+def test_policy_loss_is_the_weighted_cross_entropy_regret_and_value_error(params):
     rng = np.random.default_rng(3)
     batch = _batch(rng)
-    fn = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25))
+    fn = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25, 0.5))
     loss, m = fn(params, batch)
     # recomputed in numpy from the network's outputs, graph by graph
-    xent, value_err, hits = [], [], []
+    xent, value_err, hits, regret, greedy = [], [], [], [], []
     for g in range(2):
         h = _encode(params, batch["static"][g], batch["src"][g], batch["dst"][g], batch["edge_features"][g],
                     batch["num_edges"][g], batch["vmask"][g])
@@ -142,6 +143,9 @@ def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
             z = np.where(legal, logits[k], -np.inf)
             logp = z - z.max() - np.log(np.exp(z - z.max()).sum())
             xent.append(-(t[legal] * logp[legal]).sum())
+            r = batch["regret"][g, k]
+            regret.append((np.exp(logp[legal]) * r[legal]).sum())
+            greedy.append(r[np.argmax(z)])
             d = abs(value[k] - batch["value"][g, k])
             value_err.append(0.5 * d * d if d <= 1 else d - 0.5)  # Huber, delta 1
             hits.append(t[np.argmax(z)] > 0)
@@ -152,7 +156,10 @@ def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
     entropy = np.log(2.0)  # two equally good moves per state
     assert float(m["policy_loss"]) == pytest.approx(policy_part, rel=1e-4)
     assert float(m["value_loss"]) == pytest.approx(value_part, rel=1e-4)
-    assert float(loss) == pytest.approx(policy_part + 0.25 * value_part, rel=1e-4)
+    regret_part = (pw * regret).sum() / pw.sum()
+    assert float(m["regret"]) == pytest.approx(regret_part, rel=1e-4)
+    assert float(m["greedy_regret"]) == pytest.approx((pw * greedy).sum() / pw.sum(), rel=1e-5)
+    assert float(loss) == pytest.approx(policy_part + 0.5 * regret_part + 0.25 * value_part, rel=1e-4)
     assert float(m["excess"]) == pytest.approx(policy_part - entropy, rel=1e-3, abs=1e-5)
     assert float(m["excess"]) > 0
     assert float(m["accuracy"]) == pytest.approx((pw * hits).sum() / pw.sum(), rel=1e-5)
@@ -171,7 +178,7 @@ def test_policy_loss_is_the_weighted_cross_entropy_plus_the_value_error(params):
 
 def test_policy_loss_gradient_lowers_the_loss(params):
     batch = _batch(np.random.default_rng(4))
-    fn = jax.jit(jax.value_and_grad(lambda p: policy_loss(NET, p, batch, 0.25)[0]))
+    fn = jax.jit(jax.value_and_grad(lambda p: policy_loss(NET, p, batch, 0.25, 1.0)[0]))
     p = params
     first, _ = fn(p)
     for _ in range(15):

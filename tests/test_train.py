@@ -227,6 +227,10 @@ def test_a_batch_holds_the_labels_of_its_states(data):
             assert set(np.flatnonzero(batch["legal"][g, k])) == set(order[t:])
             assert set(np.flatnonzero(batch["target"][g, k])) == set(row["moves"][w])
             assert batch["target"][g, k].sum() == pytest.approx(1.0)
+            r = row["regrets"][w]  # regrets of the candidates order[t:t + len(r)], log1p'd; 0 elsewhere
+            np.testing.assert_allclose(batch["regret"][g, k, order[t:t + len(r)]], np.log1p(r), rtol=1e-6)
+            assert not batch["regret"][g, k, order[t + len(r):]].any() and min(r) == 0
+            assert all(batch["regret"][g, k, v] == 0 for v in row["moves"][w])  # the best moves cost nothing more
             assert batch["value"][g, k] == pytest.approx(row["to_go"][w] / max(row["best_baseline"], 1), rel=1e-6)
             assert batch["progress"][g, k] == pytest.approx(t / len(order), rel=1e-6)
         assert not batch["legal"][g, len(which):].any()
@@ -247,6 +251,8 @@ def test_stakes_weigh_the_states_of_graphs_where_markowitz_loses_most(data):
     assert max(d.stakes(i) for i in range(len(d))) > 0  # some graph where Markowitz loses
     with pytest.raises(C.ConfigError, match="stakes_weight must be >= 0"):
         tiny_config(data, stakes_weight=-1.0).validate()
+    with pytest.raises(C.ConfigError, match="regret_weight must be >= 0"):
+        tiny_config(data, regret_weight=float("nan")).validate()
 
 
 # ---------------------------------------------------------------------------------
@@ -261,7 +267,7 @@ def test_tiny_run_lowers_the_loss_on_the_training_states(data, full_run):
     config = tiny_config(data)
     d = TD.load_split(data, "train", tuple(config.buckets), config.data.max_vertices)
     net = loop.network(config)
-    fn = jax.jit(lambda p, b: policy_loss(net, p, b, config.value_weight)[1])
+    fn = jax.jit(lambda p, b: policy_loss(net, p, b, config.value_weight, config.regret_weight)[1])
 
     def average(params):
         ms = [fn(params, TD.make_batch(d, v, *TD.batch_shape(d, v, config)))

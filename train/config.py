@@ -63,6 +63,10 @@ class TrainConfig:
       learning_rate, warmup_steps, weight_decay, grad_clip: AdamW with linear warmup and
         cosine decay to 10% over ``steps``.
       value_weight: weight of the value loss next to the policy loss.
+      regret_weight: weight of the policy's expected regret (``log1p`` of what its moves
+        add to the completed cost, from the labels' ``regrets``) next to the
+        cross-entropy: a move that multiplies the cost is punished more than one that is
+        merely not the best (0: cross-entropy alone).
       stakes_weight: a graph's training states weigh ``(m / c) ** stakes_weight``, with
         ``m / c`` what Markowitz's order costs over the label's (capped at 4): graphs
         where playing by the current elimination cost loses most, where a wrong move is
@@ -86,6 +90,7 @@ class TrainConfig:
     weight_decay: float = 1e-4
     grad_clip: float = 1.0
     value_weight: float = 0.25
+    regret_weight: float = 0.0
     stakes_weight: float = 0.0
     max_vertices: int = 16384
     checkpoint_every: int = 500
@@ -104,8 +109,9 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.stakes_weight < 0:
-            raise ConfigError(f"stakes_weight must be >= 0, got {self.stakes_weight}")
+        for name in ("stakes_weight", "regret_weight"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         b = list(self.buckets)

@@ -107,11 +107,14 @@ class LabelledGraphs:
         K = len(pos)
         legal = np.zeros((K, V), bool)
         target = np.zeros((K, V), np.float32)
+        regret = np.zeros((K, V), np.float32)
         for k, (w, t) in enumerate(zip(which, pos)):
             legal[k, order[t:]] = True
             good = np.asarray(row["moves"][w], np.int64)
             target[k, good] = 1.0 / len(good)
-        return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target,
+            r = np.asarray(row["regrets"][w], np.float32)
+            regret[k, order[t:t + len(r)]] = np.log1p(r)
+        return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target, "regret": regret,
                 "value": (prep["to_go"][which] / self.scale(i)).astype(np.float32),
                 "progress": (pos / n).astype(np.float32)}
 
@@ -197,7 +200,8 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, policy.NUM_EDGE), np.float32),
         "num_edges": np.zeros(G, np.int32), "vmask": np.zeros((G, V), bool),
         "dynamic": np.zeros((G, K, V, policy.NUM_DYNAMIC), np.float32), "legal": np.zeros((G, K, V), bool),
-        "target": np.zeros((G, K, V), np.float32), "value": np.zeros((G, K), np.float32),
+        "target": np.zeros((G, K, V), np.float32), "regret": np.zeros((G, K, V), np.float32),
+        "value": np.zeros((G, K), np.float32),
         "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
     }
     for g, (i, which) in enumerate(visits):
@@ -205,7 +209,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
             out[k][g] = v
         s = data.states(i, which)
         n, k = s["legal"].shape[1], len(which)
-        for key in ("dynamic", "legal", "target"):
+        for key in ("dynamic", "legal", "target", "regret"):
             out[key][g, :k, :n] = s[key]
         for key in ("value", "progress"):
             out[key][g, :k] = s[key]
