@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from alphagrad.evaluator import OVERFLOW, Evaluator, copy_state, eliminate, vertex_cost
+from alphagrad.evaluator import OVERFLOW, Evaluator, copy_state, eliminate, eliminate_logged, new_log, undo, vertex_cost
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
@@ -29,9 +29,9 @@ NUM_STATIC = 12
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors.
-NUM_RAW = 3
+NUM_RAW = 4
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
-NUM_DYNAMIC = 5
+NUM_DYNAMIC = 6
 
 
 def dynamic_features(raw, scale, xp=np):
@@ -40,10 +40,10 @@ def dynamic_features(raw, scale, xp=np):
     (the most fill-in eliminating the vertex can make), and whether it is free. ``xp`` is
     numpy or jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
-    c, i, o = raw[..., 0], raw[..., 1], raw[..., 2]
+    c, i, o, d = raw[..., 0], raw[..., 1], raw[..., 2], raw[..., 3]
     s = xp.asarray(scale, xp.float32)
     return xp.stack([xp.log1p(c / s[..., None]), xp.log1p(i), xp.log1p(o), xp.log1p(i * o),
-                     (c == 0).astype(xp.float32)], -1)
+                     (c == 0).astype(xp.float32), xp.sign(d) * xp.log1p(xp.abs(d) / s[..., None])], -1)
 
 
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
@@ -62,7 +62,8 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     unit = ~has_value[sid]
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
-    costs = observe(ev.initial, np.flatnonzero(kinds == INTERMEDIATE), ev.cost_table)[:, 0].astype(np.float64)
+    costs = observe(copy_state(ev.initial), np.flatnonzero(kinds == INTERMEDIATE), ev.compose, ev.join,
+                    ev.cost_table)[:, 0].astype(np.float64)
     down, up = graph.depths
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
@@ -89,16 +90,56 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
 
 
 @numba.njit(cache=True, nogil=True)
-def observe(state, alive, cost):
-    """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors)`` of each
-    vertex in ``alive`` in ``state`` (zeros elsewhere)."""
+def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
+    """How much eliminating ``v`` changes what its alive neighbours would cost to
+    eliminate (their :func:`vertex_cost` summed, after minus before): a free move that
+    makes a neighbour dear shows here. ``state`` is left as it was (undo log); ``nb`` is
+    scratch of ``[V]``. Returns ``(delta, log)``."""
+    k = 0
+    for a in range(state[7][v]):
+        u = state[9][state[6][v] + a]
+        if alive[u]:
+            nb[k] = u
+            k += 1
+    for b in range(state[1][v]):
+        u = state[3][state[0][v] + b]
+        if alive[u]:
+            nb[k] = u
+            k += 1
+    before = np.int64(0)
+    for a in range(k):
+        before += vertex_cost(state, nb[a], cost)
+    log[0] = 0
+    m, log = eliminate_logged(state, v, compose, join, cost, mark, pos, log)
+    after = np.int64(0)
+    for a in range(k):
+        after += vertex_cost(state, nb[a], cost)
+    undo(state, log, 0)
+    if m < 0:
+        return np.int64(0), log
+    return after - before, log
+
+
+@numba.njit(cache=True, nogil=True)
+def observe(state, alive, compose, join, cost):
+    """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
+    :func:`lookahead` ``)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere;
+    ``state`` is used as scratch and left as it was)."""
     in_len, out_len = state[7], state[1]
     V = in_len.shape[0]
-    raw = np.zeros((V, 3), np.int64)
+    raw = np.zeros((V, 4), np.int64)
+    mask = np.zeros(V, np.bool_)
+    for v in alive:
+        mask[v] = True
+    mark = np.zeros(V + 1, np.int64)
+    pos = np.zeros(V, np.int64)
+    nb = np.zeros(V, np.int64)
+    log = new_log(1024)
     for v in alive:
         raw[v, 0] = vertex_cost(state, v, cost)
         raw[v, 1] = in_len[v]
         raw[v, 2] = out_len[v]
+        raw[v, 3], log = lookahead(state, v, mask, compose, join, cost, mark, pos, log, nb)
     return raw
 
 
@@ -111,7 +152,7 @@ def observe_along(state0, order, positions, compose, join, cost):
     n = order.shape[0]
     V = state0[0].shape[0]
     P = positions.shape[0]
-    raw = np.zeros((P, V, 3), np.int64)
+    raw = np.zeros((P, V, 4), np.int64)
     steps = np.zeros(n + 1, np.int64)
     work = copy_state(state0)
     mark = np.zeros(V + 1, np.int64)
@@ -120,7 +161,7 @@ def observe_along(state0, order, positions, compose, join, cost):
     r = 0
     for p in range(n + 1):
         while r < P and positions[r] == p:
-            raw[r] = observe(work, order[p:], cost)
+            raw[r] = observe(work, order[p:], compose, join, cost)
             r += 1
         if p == n:
             break
@@ -140,7 +181,7 @@ def _gelu(x):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
+def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d):
     c = float(vertex_cost(state, v, cost))
     if H1.shape[1] == 0:  # a network-free prior
         return static[v] - beta * c * inv_scale
@@ -151,6 +192,7 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
     feats[2] = np.log1p(o)
     feats[3] = np.log1p(i * o)
     feats[4] = 1.0 if c == 0 else 0.0
+    feats[5] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -189,8 +231,16 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     feats = np.zeros(Wd.shape[0])
     for v in inter:
         alive[v] = True
-        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+    nb = np.zeros(V, np.int64)
+    log = new_log(1024)
+    free = H1.shape[1] == 0  # a network-free prior reads no lookahead
+    d = np.int64(0)
+    for v in inter:
+        if not free:
+            d, log = lookahead(work, v, alive, compose, join, cost, mark, pos, log, nb)
+        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
     touched = np.empty(V, np.int64)
+    seen = np.zeros(V, np.int64)
     order = np.empty(n, np.int64)
     for step in range(n):
         best = -1
@@ -215,10 +265,31 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
             return order, OVERFLOW
         alive[best] = False
         order[step] = best
+        if not free:  # a lookahead changes up to two hops away: the neighbours' neighbours too
+            stamp = step + 1
+            for t in range(nt):
+                seen[touched[t]] = stamp
+            n1 = nt
+            for t in range(n1):
+                u = touched[t]
+                for a in range(work[7][u]):
+                    w = work[9][work[6][u] + a]
+                    if seen[w] != stamp:
+                        seen[w] = stamp
+                        touched[nt] = w
+                        nt += 1
+                for b in range(work[1][u]):
+                    w = work[3][work[0][u] + b]
+                    if seen[w] != stamp:
+                        seen[w] = stamp
+                        touched[nt] = w
+                        nt += 1
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                if not free:
+                    d, log = lookahead(work, u, alive, compose, join, cost, mark, pos, log, nb)
+                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
     return order, np.int64(0)
 
 

@@ -183,13 +183,22 @@ def test_player_on_a_graph_without_intermediates(params):
 
 
 def _direct_raw(ev, state, alive, V):
-    """(cost, predecessors, successors) of each alive vertex, from the evaluator's own
-    vertex cost and the state's edge list."""
+    """(cost, predecessors, successors, lookahead) of each alive vertex, from the
+    evaluator's own vertex cost, the state's edge list, and eliminating it in a copy."""
+    from alphagrad.evaluator import State, copy_state
+
     edges = state.edges()
-    raw = np.zeros((V, 3), np.int64)
+    live = set(int(v) for v in alive)
+    raw = np.zeros((V, 4), np.int64)
     for v in alive:
+        nb = {i for (i, k) in edges if k == v} | {k for (i, k) in edges if i == v}
+        nb = [u for u in nb if u in live]
+        before = sum(ev.vertex_cost(state, u) for u in nb)
+        after_state = State(copy_state(state.arrays))
+        ev.step(after_state, int(v))
+        after = sum(ev.vertex_cost(after_state, u) for u in nb)
         raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
-                  sum(1 for (i, _) in edges if i == v))
+                  sum(1 for (i, _) in edges if i == v), after - before)
     return raw
 
 
@@ -208,7 +217,7 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     expected = {}
     for t in range(n + 1):
         if t in positions:
-            raw = policy.observe(state.arrays, order[t:], ev.cost_table)
+            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table)
             direct = _direct_raw(ev, state, order[t:], V)
             np.testing.assert_array_equal(raw, direct, err_msg=f"position {t}")
             expected[t] = direct
@@ -223,13 +232,16 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
 
 
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
-    raw = np.asarray([[[0, 1, 2], [5, 3, 1], [1000, 7, 9]], [[2, 0, 0], [0, 0, 0], [3, 1, 1]]], np.int64)
+    raw = np.asarray([[[0, 1, 2, 0], [5, 3, 1, -3], [1000, 7, 9, 90]], [[2, 0, 0, 0], [0, 0, 0, 0], [3, 1, 1, 5]]],
+                     np.int64)
     scale = np.asarray([10.0, 100.0])
     a = policy.dynamic_features(raw, scale)
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
     assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
-    np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0)],
+                               rtol=1e-6)
+    assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
 
 
