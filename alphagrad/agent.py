@@ -50,6 +50,22 @@ def init_params(net: PolicyNet, key):
                     jnp.int32(0), jnp.ones(V, bool), z((1, V, policy.NUM_DYNAMIC)), jnp.ones((1, V), bool), z(1))
 
 
+def widen_decoder(params: dict, dim: int) -> dict:
+    """``params`` of a model saved before the decoder read the lookahead feature (its
+    first layer has ``dim + NUM_DYNAMIC - 1`` input rows) with a zero row for it: the
+    policy and value are unchanged (and the rollout skips the lookahead for a zero
+    weight). Other params are returned as they are."""
+    try:
+        kernel = params["params"]["first"]["kernel"]
+    except (KeyError, TypeError):
+        return params
+    if getattr(kernel, "shape", None) != (dim + policy.NUM_DYNAMIC - 1, dim):
+        return params
+    first = {**params["params"]["first"], "kernel": np.concatenate([np.asarray(kernel), np.zeros((1, dim),
+                                                                                             np.float32)])}
+    return {**params, "params": {**params["params"], "first": first}}
+
+
 class Agent(hub.AgentHubMixin):
     """A pretrained policy-value network that proposes elimination orders.
 
@@ -79,8 +95,8 @@ class Agent(hub.AgentHubMixin):
         config = _check_config(config)
         net = PolicyNet(NetworkConfig(**config["network"]))
         expected = jax.eval_shape(lambda: init_params(net, jax.random.key(0)))
-        hub.check_shapes(expected, params)
-        return cls(config, params, **kwargs)
+        hub.check_shapes(expected, widen_decoder(params, config["network"]["dim"]))
+        return cls(config, widen_decoder(params, config["network"]["dim"]), **kwargs)
 
     # -- orders ---------------------------------------------------------------------
 

@@ -7,11 +7,14 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   per-edge features (whether the edge carries values, the multiplications it takes part
   in when its source or its destination is eliminated), read by the encoder;
 * :func:`observe`, at every state: per-vertex ``(elimination cost, predecessors,
-  successors)`` now, read by the per-move decoder. Eliminating a vertex changes these
-  only for its neighbours, so a move costs the decoder a few vertices, not the graph.
+  successors, lookahead)`` now, read by the per-move decoder; the lookahead is how
+  eliminating the vertex would change its neighbours' elimination costs (a free move
+  that makes a neighbour dear looks free without it). Eliminating a vertex changes these
+  only within two hops of it, so a move costs the decoder a few vertices, not the graph.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
-once, each move re-scores only the eliminated vertex's neighbours with the decoder's
+once, each move re-scores only the vertices within two hops of the eliminated one (its
+neighbours alone for a model whose lookahead weight is zero) with the decoder's
 weights (:func:`alphagrad.network.decoder_weights`), then takes the best
 (``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
 """
@@ -28,7 +31,8 @@ from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 NUM_STATIC = 12
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
-#: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors.
+#: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
+#: lookahead.
 NUM_RAW = 4
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
 NUM_DYNAMIC = 6
@@ -37,7 +41,8 @@ NUM_DYNAMIC = 6
 def dynamic_features(raw, scale, xp=np):
     """``[..., NUM_RAW]`` raw numbers of :func:`observe` -> ``[..., NUM_DYNAMIC]`` features:
     log1p of the cost relative to the graph's scale, of the degrees and of their product
-    (the most fill-in eliminating the vertex can make), and whether it is free. ``xp`` is
+    (the most fill-in eliminating the vertex can make), whether it is free, and the signed
+    log1p of the lookahead relative to the scale. ``xp`` is
     numpy or jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
     c, i, o, d = raw[..., 0], raw[..., 1], raw[..., 2], raw[..., 3]
@@ -192,7 +197,8 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
     feats[2] = np.log1p(o)
     feats[3] = np.log1p(i * o)
     feats[4] = 1.0 if c == 0 else 0.0
-    feats[5] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
+    if feats.shape[0] > NUM_DYNAMIC - 1:
+        feats[NUM_DYNAMIC - 1] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -233,10 +239,12 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         alive[v] = True
     nb = np.zeros(V, np.int64)
     log = new_log(1024)
-    free = H1.shape[1] == 0  # a network-free prior reads no lookahead
+    # the lookahead is computed only for a decoder that reads it: not for a network-free
+    # prior, nor for a model whose weight on it is zero (one trained before it existed)
+    look = Wd.shape[0] == NUM_DYNAMIC and H1.shape[1] > 0 and np.any(Wd[NUM_DYNAMIC - 1] != 0)
     d = np.int64(0)
     for v in inter:
-        if not free:
+        if look:
             d, log = lookahead(work, v, alive, compose, join, cost, mark, pos, log, nb)
         logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
     touched = np.empty(V, np.int64)
@@ -265,7 +273,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
             return order, OVERFLOW
         alive[best] = False
         order[step] = best
-        if not free:  # a lookahead changes up to two hops away: the neighbours' neighbours too
+        if look:  # a lookahead changes up to two hops away: the neighbours' neighbours too
             stamp = step + 1
             for t in range(nt):
                 seen[touched[t]] = stamp
@@ -287,7 +295,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                if not free:
+                if look:
                     d, log = lookahead(work, u, alive, compose, join, cost, mark, pos, log, nb)
                 logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
     return order, np.int64(0)

@@ -155,7 +155,7 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     # a freshly initialised network's logits are nearly equal; spread them (a logit range
     # of a few units), so that the temperature matters
     sharp = jax.tree_util.tree_map(lambda x: x, params)
-    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 40.0
+    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 60.0
     player = policy.Player(NET, sharp, g, 10.0, ev)
     n = len(g.intermediates)
     assert n >= 8
@@ -169,6 +169,36 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
                          minlength=g.num_vertices)
     freq = counts / N
     np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
+
+
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "random_2"])
+def test_a_model_saved_before_the_lookahead_plays_as_it_did(params, name):
+    """A decoder of ``NUM_DYNAMIC - 1`` inputs (a model trained before the lookahead
+    feature) is widened with a zero weight on it: the same logits, hence the same orders,
+    as the narrow decoder, whose rollout never computes the lookahead."""
+    from alphagrad.agent import widen_decoder
+
+    dim = NET.config.dim
+    narrow = jax.tree_util.tree_map(np.asarray, params)
+    narrow["params"]["first"]["kernel"] = narrow["params"]["first"]["kernel"][:-1]
+    wide = widen_decoder(narrow, dim)
+    assert wide["params"]["first"]["kernel"].shape == (dim + policy.NUM_DYNAMIC, dim)
+    assert not wide["params"]["first"]["kernel"][-1].any()
+    assert widen_decoder(wide, dim) is wide  # already wide: unchanged
+    g = GRAPHS[name]()
+    ev = Evaluator(g)
+    scale = _scale(g, ev)
+    player = policy.Player(NET, wide, g, scale, ev)
+    order = player.play()
+    H1, Wd, *rest = player.weights
+    assert Wd.shape[0] == policy.NUM_DYNAMIC
+    narrow_order, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table, 1.0 / player.scale,
+                                H1, Wd[:-1], *rest, 0.0, 0, player.static, 0.0)
+    assert flag == 0 and [int(v) for v in narrow_order] == order
+    # the lookahead is what a trained weight reads: a non-zero one changes the play
+    strong = jax.tree_util.tree_map(np.asarray, wide)
+    strong["params"]["first"]["kernel"][-1] = 50.0 * np.asarray(params["params"]["first"]["kernel"][0])
+    assert policy.Player(NET, strong, g, scale, ev).play() != order
 
 
 def test_player_on_a_graph_without_intermediates(params):
