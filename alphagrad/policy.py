@@ -94,6 +94,20 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
             "kinds": kinds.astype(np.int8)}
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _neighbours(state, v, out, k):
+    """Writes ``v``'s predecessors then successors into ``out`` from index ``k``; returns
+    them (a view of ``out``; disjoint lists, as the graph is acyclic)."""
+    start = k
+    for a in range(state[7][v]):
+        out[k] = state[9][state[6][v] + a]
+        k += 1
+    for b in range(state[1][v]):
+        out[k] = state[3][state[0][v] + b]
+        k += 1
+    return out[start:k]
+
+
 @numba.njit(cache=True, nogil=True)
 def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
     """How much eliminating ``v`` changes what its alive neighbours would cost to
@@ -101,13 +115,7 @@ def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
     makes a neighbour dear shows here. ``state`` is left as it was (undo log); ``nb`` is
     scratch of ``[V]``. Returns ``(delta, log)``."""
     k = 0
-    for a in range(state[7][v]):
-        u = state[9][state[6][v] + a]
-        if alive[u]:
-            nb[k] = u
-            k += 1
-    for b in range(state[1][v]):
-        u = state[3][state[0][v] + b]
+    for u in _neighbours(state, v, nb, 0):
         if alive[u]:
             nb[k] = u
             k += 1
@@ -248,6 +256,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
             d, log = lookahead(work, v, alive, compose, join, cost, mark, pos, log, nb)
         logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
     touched = np.empty(V, np.int64)
+    spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
     order = np.empty(n, np.int64)
     for step in range(n):
@@ -261,13 +270,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
                 if best < 0 or s > best_score:
                     best = v
                     best_score = s
-        nt = 0
-        for a in range(work[7][best]):
-            touched[nt] = work[9][work[6][best] + a]
-            nt += 1
-        for b in range(work[1][best]):
-            touched[nt] = work[3][work[0][best] + b]
-            nt += 1
+        nt = _neighbours(work, best, touched, 0).shape[0]
         m = eliminate(work, best, compose, join, cost, mark, pos, empty)
         if m < 0:
             return order, OVERFLOW
@@ -279,15 +282,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
                 seen[touched[t]] = stamp
             n1 = nt
             for t in range(n1):
-                u = touched[t]
-                for a in range(work[7][u]):
-                    w = work[9][work[6][u] + a]
-                    if seen[w] != stamp:
-                        seen[w] = stamp
-                        touched[nt] = w
-                        nt += 1
-                for b in range(work[1][u]):
-                    w = work[3][work[0][u] + b]
+                for w in _neighbours(work, touched[t], spare, 0):
                     if seen[w] != stamp:
                         seen[w] = stamp
                         touched[nt] = w
