@@ -51,18 +51,21 @@ def init_params(net: PolicyNet, key):
 
 
 def widen_decoder(params: dict, dim: int) -> dict:
-    """``params`` of a model saved before the decoder read the lookahead feature (its
-    first layer has ``dim + NUM_DYNAMIC - 1`` input rows) with a zero row for it: the
-    policy and value are unchanged (and the rollout skips the lookahead for a zero
-    weight). Other params are returned as they are."""
+    """``params`` of a model saved before its decoder read the last features of
+    :func:`alphagrad.policy.dynamic_features` (the lookahead, then the pressure: its first
+    layer has ``dim + NUM_DYNAMIC - k`` input rows) with zero rows for them: the policy
+    and value are unchanged (and the rollout skips computing a feature of zero weight).
+    Other params are returned as they are."""
     try:
         kernel = params["params"]["first"]["kernel"]
     except (KeyError, TypeError):
         return params
-    if getattr(kernel, "shape", None) != (dim + policy.NUM_DYNAMIC - 1, dim):
+    shape = tuple(getattr(kernel, "shape", ()))
+    missing = dim + policy.NUM_DYNAMIC - shape[0] if len(shape) == 2 and shape[1] == dim else 0
+    if not 0 < missing <= policy.NUM_DYNAMIC - policy.LOOKAHEAD:
         return params
-    first = {**params["params"]["first"], "kernel": np.concatenate([np.asarray(kernel), np.zeros((1, dim),
-                                                                                             np.float32)])}
+    first = {**params["params"]["first"],
+             "kernel": np.concatenate([np.asarray(kernel), np.zeros((missing, dim), np.float32)])}
     return {**params, "params": {**params["params"], "first": first}}
 
 

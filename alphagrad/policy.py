@@ -7,14 +7,16 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   per-edge features (whether the edge carries values, the multiplications it takes part
   in when its source or its destination is eliminated), read by the encoder;
 * :func:`observe`, at every state: per-vertex ``(elimination cost, predecessors,
-  successors, lookahead)`` now, read by the per-move decoder; the lookahead is how
-  eliminating the vertex would change its neighbours' elimination costs (a free move
-  that makes a neighbour dear looks free without it). Eliminating a vertex changes these
-  only within two hops of it, so a move costs the decoder a few vertices, not the graph.
+  successors, lookahead, pressure)`` now, read by the per-move decoder; the lookahead is
+  how eliminating the vertex would change its neighbours' elimination costs (a free move
+  that makes a neighbour dear looks free without it), the pressure how eliminating its
+  neighbours would change its own (a hub left for the end gathers every Jacobian around
+  it and costs most there). Eliminating a vertex changes these only within two hops of
+  it, so a move costs the decoder a few vertices, not the graph.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
 once, each move re-scores only the vertices within two hops of the eliminated one (its
-neighbours alone for a model whose lookahead weight is zero) with the decoder's
+neighbours alone for a model whose lookahead and pressure weights are zero) with the decoder's
 weights (:func:`alphagrad.network.decoder_weights`), then takes the best
 (``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
 """
@@ -32,23 +34,26 @@ NUM_STATIC = 12
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
-#: lookahead.
-NUM_RAW = 4
+#: lookahead, pressure.
+NUM_RAW = 5
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
-NUM_DYNAMIC = 6
+NUM_DYNAMIC = 7
+#: Columns of :func:`dynamic_features` that models saved before them lack (the lookahead,
+#: then the pressure): such a model is widened with zero weights on them.
+LOOKAHEAD, PRESSURE = NUM_DYNAMIC - 2, NUM_DYNAMIC - 1
 
 
 def dynamic_features(raw, scale, xp=np):
     """``[..., NUM_RAW]`` raw numbers of :func:`observe` -> ``[..., NUM_DYNAMIC]`` features:
     log1p of the cost relative to the graph's scale, of the degrees and of their product
     (the most fill-in eliminating the vertex can make), whether it is free, and the signed
-    log1p of the lookahead relative to the scale. ``xp`` is
+    log1p of the lookahead and of the pressure relative to the scale. ``xp`` is
     numpy or jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
-    c, i, o, d = raw[..., 0], raw[..., 1], raw[..., 2], raw[..., 3]
-    s = xp.asarray(scale, xp.float32)
-    return xp.stack([xp.log1p(c / s[..., None]), xp.log1p(i), xp.log1p(o), xp.log1p(i * o),
-                     (c == 0).astype(xp.float32), xp.sign(d) * xp.log1p(xp.abs(d) / s[..., None])], -1)
+    c, i, o, d, q = raw[..., 0], raw[..., 1], raw[..., 2], raw[..., 3], raw[..., 4]
+    s = xp.asarray(scale, xp.float32)[..., None]
+    return xp.stack([xp.log1p(c / s), xp.log1p(i), xp.log1p(o), xp.log1p(i * o), (c == 0).astype(xp.float32),
+                     xp.sign(d) * xp.log1p(xp.abs(d) / s), xp.sign(q) * xp.log1p(xp.abs(q) / s)], -1)
 
 
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
@@ -134,13 +139,36 @@ def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
 
 
 @numba.njit(cache=True, nogil=True)
+def pressure(state, v, alive, compose, join, cost, mark, pos, log, nb):
+    """How much eliminating each of ``v``'s alive neighbours would change what ``v``
+    costs to eliminate (summed over them, each from the state as it is): a hub that
+    every neighbour's elimination makes dearer shows here, before it is left for last.
+    ``state`` is left as it was (undo log); ``nb`` is scratch of ``[V]``. Returns
+    ``(pressure, log)``."""
+    k = 0
+    for u in _neighbours(state, v, nb, 0):
+        if alive[u]:
+            nb[k] = u
+            k += 1
+    before = vertex_cost(state, v, cost)
+    total = np.int64(0)
+    for a in range(k):
+        log[0] = 0
+        m, log = eliminate_logged(state, nb[a], compose, join, cost, mark, pos, log)
+        if m >= 0:
+            total += vertex_cost(state, v, cost) - before
+        undo(state, log, 0)
+    return total, log
+
+
+@numba.njit(cache=True, nogil=True)
 def observe(state, alive, compose, join, cost):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
-    :func:`lookahead` ``)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere;
-    ``state`` is used as scratch and left as it was)."""
+    :func:`lookahead`, :func:`pressure` ``)`` of each vertex in ``alive`` in ``state``
+    (zeros elsewhere; ``state`` is used as scratch and left as it was)."""
     in_len, out_len = state[7], state[1]
     V = in_len.shape[0]
-    raw = np.zeros((V, 4), np.int64)
+    raw = np.zeros((V, 5), np.int64)
     mask = np.zeros(V, np.bool_)
     for v in alive:
         mask[v] = True
@@ -153,6 +181,7 @@ def observe(state, alive, compose, join, cost):
         raw[v, 1] = in_len[v]
         raw[v, 2] = out_len[v]
         raw[v, 3], log = lookahead(state, v, mask, compose, join, cost, mark, pos, log, nb)
+        raw[v, 4], log = pressure(state, v, mask, compose, join, cost, mark, pos, log, nb)
     return raw
 
 
@@ -165,7 +194,7 @@ def observe_along(state0, order, positions, compose, join, cost):
     n = order.shape[0]
     V = state0[0].shape[0]
     P = positions.shape[0]
-    raw = np.zeros((P, V, 4), np.int64)
+    raw = np.zeros((P, V, 5), np.int64)
     steps = np.zeros(n + 1, np.int64)
     work = copy_state(state0)
     mark = np.zeros(V + 1, np.int64)
@@ -194,7 +223,7 @@ def _gelu(x):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d):
+def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q):
     c = float(vertex_cost(state, v, cost))
     if H1.shape[1] == 0:  # a network-free prior
         return static[v] - beta * c * inv_scale
@@ -205,8 +234,10 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
     feats[2] = np.log1p(o)
     feats[3] = np.log1p(i * o)
     feats[4] = 1.0 if c == 0 else 0.0
-    if feats.shape[0] > NUM_DYNAMIC - 1:
-        feats[NUM_DYNAMIC - 1] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
+    if feats.shape[0] > LOOKAHEAD:
+        feats[LOOKAHEAD] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
+    if feats.shape[0] > PRESSURE:
+        feats[PRESSURE] = np.sign(q) * np.log1p(abs(float(q)) * inv_scale)
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -247,14 +278,20 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         alive[v] = True
     nb = np.zeros(V, np.int64)
     log = new_log(1024)
-    # the lookahead is computed only for a decoder that reads it: not for a network-free
-    # prior, nor for a model whose weight on it is zero (one trained before it existed)
-    look = Wd.shape[0] == NUM_DYNAMIC and H1.shape[1] > 0 and np.any(Wd[NUM_DYNAMIC - 1] != 0)
+    # the lookahead and the pressure are computed only for a decoder that reads them: not
+    # for a network-free prior, nor for a model whose weight on one is zero (one trained
+    # before it existed)
+    ahead = Wd.shape[0] > LOOKAHEAD and H1.shape[1] > 0 and np.any(Wd[LOOKAHEAD] != 0)
+    press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and np.any(Wd[PRESSURE] != 0)
+    look = ahead or press
     d = np.int64(0)
+    q = np.int64(0)
     for v in inter:
-        if look:
+        if ahead:
             d, log = lookahead(work, v, alive, compose, join, cost, mark, pos, log, nb)
-        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
+        if press:
+            q, log = pressure(work, v, alive, compose, join, cost, mark, pos, log, nb)
+        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -276,7 +313,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
             return order, OVERFLOW
         alive[best] = False
         order[step] = best
-        if look:  # a lookahead changes up to two hops away: the neighbours' neighbours too
+        if look:  # these change up to two hops away: the neighbours' neighbours too
             stamp = step + 1
             for t in range(nt):
                 seen[touched[t]] = stamp
@@ -290,9 +327,11 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                if look:
+                if ahead:
                     d, log = lookahead(work, u, alive, compose, join, cost, mark, pos, log, nb)
-                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d)
+                if press:
+                    q, log = pressure(work, u, alive, compose, join, cost, mark, pos, log, nb)
+                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q)
     return order, np.int64(0)
 
 

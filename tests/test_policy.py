@@ -155,7 +155,7 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     # a freshly initialised network's logits are nearly equal; spread them (a logit range
     # of a few units), so that the temperature matters
     sharp = jax.tree_util.tree_map(lambda x: x, params)
-    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 60.0
+    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 100.0
     player = policy.Player(NET, sharp, g, 10.0, ev)
     n = len(g.intermediates)
     assert n >= 8
@@ -163,7 +163,7 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     assert 2.0 < np.ptp(logits[np.isfinite(logits)]) < 20.0
     p = np.exp((logits - logits.max()) / temperature)
     p /= p.sum()
-    assert 2.0 / n < p.max() < 0.9  # neither uniform nor a foregone conclusion
+    assert 1.5 / n < p.max() < 0.9  # neither uniform nor a foregone conclusion
     N = 3000
     counts = np.bincount([player.play(temperature=temperature, seed=s)[0] for s in range(N)],
                          minlength=g.num_vertices)
@@ -171,20 +171,23 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
 
 
-@pytest.mark.parametrize("name", ["RoeFlux_1d", "random_2"])
-def test_a_model_saved_before_the_lookahead_plays_as_it_did(params, name):
-    """A decoder of ``NUM_DYNAMIC - 1`` inputs (a model trained before the lookahead
-    feature) is widened with a zero weight on it: the same logits, hence the same orders,
-    as the narrow decoder, whose rollout never computes the lookahead."""
+@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("random_2", 1), ("random_2", 2)])
+def test_a_model_saved_before_the_lookahead_or_pressure_plays_as_it_did(params, name, missing):
+    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the pressure
+    feature, or before the lookahead too) is widened with zero weights on them: the same
+    logits, hence the same orders, as the narrow decoder, whose rollout never computes
+    them."""
     from alphagrad.agent import widen_decoder
 
     dim = NET.config.dim
     narrow = jax.tree_util.tree_map(np.asarray, params)
-    narrow["params"]["first"]["kernel"] = narrow["params"]["first"]["kernel"][:-1]
+    narrow["params"]["first"]["kernel"] = narrow["params"]["first"]["kernel"][:-missing]
     wide = widen_decoder(narrow, dim)
     assert wide["params"]["first"]["kernel"].shape == (dim + policy.NUM_DYNAMIC, dim)
-    assert not wide["params"]["first"]["kernel"][-1].any()
+    assert not wide["params"]["first"]["kernel"][-missing:].any()
     assert widen_decoder(wide, dim) is wide  # already wide: unchanged
+    too_narrow = {"params": {**narrow["params"], "first": {**narrow["params"]["first"], "kernel": np.zeros((dim, dim))}}}
+    assert widen_decoder(too_narrow, dim) is too_narrow  # not a decoder this code knows: left to the shape check
     g = GRAPHS[name]()
     ev = Evaluator(g)
     scale = _scale(g, ev)
@@ -193,12 +196,13 @@ def test_a_model_saved_before_the_lookahead_plays_as_it_did(params, name):
     H1, Wd, *rest = player.weights
     assert Wd.shape[0] == policy.NUM_DYNAMIC
     narrow_order, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table, 1.0 / player.scale,
-                                H1, Wd[:-1], *rest, 0.0, 0, player.static, 0.0)
+                                H1, Wd[:-missing], *rest, 0.0, 0, player.static, 0.0)
     assert flag == 0 and [int(v) for v in narrow_order] == order
-    # the lookahead is what a trained weight reads: a non-zero one changes the play
-    strong = jax.tree_util.tree_map(np.asarray, wide)
-    strong["params"]["first"]["kernel"][-1] = 50.0 * np.asarray(params["params"]["first"]["kernel"][0])
-    assert policy.Player(NET, strong, g, scale, ev).play() != order
+    # the features are what a trained weight reads: a non-zero one changes the play
+    for row in range(-missing, 0):
+        strong = jax.tree_util.tree_map(np.asarray, wide)
+        strong["params"]["first"]["kernel"][row] = 50.0 * np.asarray(params["params"]["first"]["kernel"][0])
+        assert policy.Player(NET, strong, g, scale, ev).play() != order, row
 
 
 def test_player_on_a_graph_without_intermediates(params):
@@ -213,22 +217,28 @@ def test_player_on_a_graph_without_intermediates(params):
 
 
 def _direct_raw(ev, state, alive, V):
-    """(cost, predecessors, successors, lookahead) of each alive vertex, from the
-    evaluator's own vertex cost, the state's edge list, and eliminating it in a copy."""
+    """(cost, predecessors, successors, lookahead, pressure) of each alive vertex, from
+    the evaluator's own vertex cost, the state's edge list, and eliminating it (for the
+    lookahead) or each of its alive neighbours (for the pressure) in a copy."""
     from alphagrad.evaluator import State, copy_state
 
     edges = state.edges()
     live = set(int(v) for v in alive)
-    raw = np.zeros((V, 4), np.int64)
+    raw = np.zeros((V, 5), np.int64)
+
+    def after(u):
+        s = State(copy_state(state.arrays))
+        ev.step(s, int(u))
+        return s
+
     for v in alive:
         nb = {i for (i, k) in edges if k == v} | {k for (i, k) in edges if i == v}
         nb = [u for u in nb if u in live]
         before = sum(ev.vertex_cost(state, u) for u in nb)
-        after_state = State(copy_state(state.arrays))
-        ev.step(after_state, int(v))
-        after = sum(ev.vertex_cost(after_state, u) for u in nb)
+        lookahead = sum(ev.vertex_cost(after(v), u) for u in nb) - before
+        pressure = sum(ev.vertex_cost(after(u), v) - ev.vertex_cost(state, v) for u in nb)
         raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
-                  sum(1 for (i, _) in edges if i == v), after - before)
+                  sum(1 for (i, _) in edges if i == v), lookahead, pressure)
     return raw
 
 
@@ -258,20 +268,21 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
         np.testing.assert_array_equal(along[r], expected[t], err_msg=f"observe_along at position {t}")
         assert to_go[r] == sum(steps[t:])
     assert to_go[0] == ev.cost(order) and to_go[-1] == 0 and not along[-1].any()
-    assert along[0][:, 0].any() and along[0][:, 1:].any()  # not trivially zero
+    assert along[0][:, 0].any() and (along != 0).any(axis=(0, 1)).all()  # no column trivially zero
 
 
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
-    raw = np.asarray([[[0, 1, 2, 0], [5, 3, 1, -3], [1000, 7, 9, 90]], [[2, 0, 0, 0], [0, 0, 0, 0], [3, 1, 1, 5]]],
-                     np.int64)
+    raw = np.asarray([[[0, 1, 2, 0, 4], [5, 3, 1, -3, 0], [1000, 7, 9, 90, -20]],
+                      [[2, 0, 0, 0, 0], [0, 0, 0, 0, 0], [3, 1, 1, 5, 7]]], np.int64)
     scale = np.asarray([10.0, 100.0])
     a = policy.dynamic_features(raw, scale)
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
     assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
-    np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
+                                         -np.log1p(2.0)], rtol=1e-6)
     assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
+    assert a[0, 0, 6] == pytest.approx(np.log1p(0.4)) and a[1, 2, 6] == pytest.approx(np.log1p(7 / 100))
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
 
 
