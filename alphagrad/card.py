@@ -88,9 +88,11 @@ def model_card(config: dict, info: dict | None = None) -> str:
          "transformer policy-value network for all graphs: an encoder attends along the edges of a "
          "function's computational graph once, and a light per-vertex decoder scores, at every step, "
          "which intermediate vertex to eliminate next (its policy) and estimates the cost still to "
-         "come (its value), re-scoring only the eliminated vertex's neighbours. It is trained on "
+         "come (its value) from what the state says of each vertex (its elimination cost, degrees, "
+         "how eliminating it changes its neighbours' costs and how eliminating them changes its own), "
+         "re-scoring only the vertices within two hops of each move. It is trained on "
          "annealed orders of many generated graphs, with soft targets: every move that keeps the "
-         "completed cost minimal. Its orders, and annealing started from them, give "
+         "completed cost minimal, and every move's regret. Its orders, and annealing started from them, give "
          "vertex-elimination orders for Jacobian accumulation that can take fewer multiplications "
          "than forward or reverse mode."),
         "",

@@ -35,7 +35,10 @@ OLD_REV = "d5aeac7"  # the last commit with the dense network
 _OLD_SCRIPT = r"""
 import json, sys, time, statistics
 import alphagrad as ag
-from alphagrad.examples import chain
+try:
+    from alphagrad.examples import chain
+except ImportError:  # where it lived at the old revision
+    from data_gen.dataset import chain
 copies, repeats = json.loads(sys.argv[1]), int(sys.argv[2])
 agent = ag.from_pretrained()
 ex = ag.examples.get("RoeFlux_3d")

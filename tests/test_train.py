@@ -348,6 +348,28 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_export_lineage_names_every_earlier_run_until_one_that_is_not_a_run(tmp_path):
+    """The card's "earlier runs": each ``init_from`` run with its steps and wall time,
+    ending at a start that is not a run directory (or one already named: no loop)."""
+    from train import export
+
+    def run(name, init, step, wall):
+        d = tmp_path / name
+        (d / "best_model").mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps({"init_from": init}))
+        (d / "metrics.csv").write_text(f"step,wall_s\n{step // 2},1\n{step},{wall}\n")
+        return str(d / "best_model")
+
+    first = run("first", "alphagrad/pretrained", 100, 3600)
+    second = run("second", first, 20, 720)
+    assert export.lineage({"init_from": second}) == (
+        f"{tmp_path / 'second'} (20 steps, 0.20 h) <- {tmp_path / 'first'} (100 steps, 1.00 h) <- "
+        "alphagrad/pretrained (as it was then)")
+    assert export.lineage({}) == "none (random initialisation)"
+    (tmp_path / "first" / "config.json").write_text(json.dumps({"init_from": second}))  # a loop
+    assert export.lineage({"init_from": second}).endswith(f"<- {second} (as it was then)")
+
+
 def test_refuses_to_overwrite_a_run(data, full_run):
     workdir, _ = full_run
     before = _metrics(workdir)

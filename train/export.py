@@ -27,6 +27,29 @@ def validation_curve(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def lineage(train_config: dict, limit: int = 32) -> str:
+    """The runs the model's weights went through before this one (``init_from``, then
+    that run's, ...), each with its steps and wall time from its ``metrics.csv``; a
+    start that is not a run directory (e.g. the model bundled at the time) ends it."""
+    parts, seen = [], set()
+    init = train_config.get("init_from")
+    while init and len(parts) < limit:
+        run = os.path.dirname(os.path.normpath(init))
+        cfg, metrics = os.path.join(run, "config.json"), os.path.join(run, "metrics.csv")
+        if os.path.basename(os.path.normpath(init)) != "best_model" or run in seen or not (
+                os.path.isfile(cfg) and os.path.isfile(metrics)):
+            parts.append(f"{init} (as it was then)")
+            break
+        seen.add(run)
+        with open(metrics) as f:
+            rows = list(csv.DictReader(f))
+        last = rows[-1] if rows else {}
+        parts.append(f"{run} ({last.get('step', '?')} steps, {float(last.get('wall_s') or 0) / 3600:.2f} h)")
+        with open(cfg) as f:
+            init = json.load(f).get("init_from")
+    return " <- ".join(parts) if parts else "none (random initialisation)"
+
+
 def export(workdir: str, out: str) -> list[str]:
     """Writes the run's best model (``WORKDIR/best_model``) with a full card to ``out``."""
     best = os.path.join(workdir, "best_model")
@@ -47,6 +70,7 @@ def export(workdir: str, out: str) -> list[str]:
     training = {
         "data": f"{path} (labels {'; '.join(sets)})",
         "started from": train_config.get("init_from") or "random initialisation",
+        "earlier runs (latest first)": lineage(train_config),
         "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",
         "wall time (h)": round(float(last["wall_s"]) / 3600, 2),
         "best step (validation)": best_row["step"],
