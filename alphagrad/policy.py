@@ -113,17 +113,25 @@ def _neighbours(state, v, out, k):
     return out[start:k]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _alive_neighbours(state, v, alive, nb):
+    """Writes ``v``'s neighbours that are ``alive`` into ``nb`` from index 0; returns
+    how many."""
+    k = 0
+    for u in _neighbours(state, v, nb, 0):
+        if alive[u]:
+            nb[k] = u
+            k += 1
+    return k
+
+
 @numba.njit(cache=True, nogil=True)
 def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
     """How much eliminating ``v`` changes what its alive neighbours would cost to
     eliminate (their :func:`vertex_cost` summed, after minus before): a free move that
     makes a neighbour dear shows here. ``state`` is left as it was (undo log); ``nb`` is
     scratch of ``[V]``. Returns ``(delta, log)``."""
-    k = 0
-    for u in _neighbours(state, v, nb, 0):
-        if alive[u]:
-            nb[k] = u
-            k += 1
+    k = _alive_neighbours(state, v, alive, nb)
     before = np.int64(0)
     for a in range(k):
         before += vertex_cost(state, nb[a], cost)
@@ -145,11 +153,7 @@ def pressure(state, v, alive, compose, join, cost, mark, pos, log, nb):
     every neighbour's elimination makes dearer shows here, before it is left for last.
     ``state`` is left as it was (undo log); ``nb`` is scratch of ``[V]``. Returns
     ``(pressure, log)``."""
-    k = 0
-    for u in _neighbours(state, v, nb, 0):
-        if alive[u]:
-            nb[k] = u
-            k += 1
+    k = _alive_neighbours(state, v, alive, nb)
     before = vertex_cost(state, v, cost)
     total = np.int64(0)
     for a in range(k):
@@ -222,6 +226,12 @@ def _gelu(x):
     return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _signed_log1p(x, inv_scale):
+    """``sign(x) * log1p(|x| * inv_scale)``, as :func:`dynamic_features` has it."""
+    return np.sign(x) * np.log1p(abs(float(x)) * inv_scale)
+
+
 @numba.njit(cache=True, nogil=True, _nrt=False)
 def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q):
     c = float(vertex_cost(state, v, cost))
@@ -235,9 +245,9 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
     feats[3] = np.log1p(i * o)
     feats[4] = 1.0 if c == 0 else 0.0
     if feats.shape[0] > LOOKAHEAD:
-        feats[LOOKAHEAD] = np.sign(d) * np.log1p(abs(float(d)) * inv_scale)
+        feats[LOOKAHEAD] = _signed_log1p(d, inv_scale)
     if feats.shape[0] > PRESSURE:
-        feats[PRESSURE] = np.sign(q) * np.log1p(abs(float(q)) * inv_scale)
+        feats[PRESSURE] = _signed_log1p(q, inv_scale)
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -251,6 +261,20 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
             z += a1[e] * W2[e, d]
         out += _gelu(z) * w3[d]
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _score(state, v, alive, compose, join, cost, mark, pos, log, nb, ahead, press, inv_scale, H1, Wd, W2, b2, w3,
+           b3, a1, feats, static, beta):
+    """``v``'s logit now, computing the lookahead and the pressure only where the decoder
+    reads them (``ahead``, ``press``; 0 otherwise): ``(logit, log)``."""
+    d = np.int64(0)
+    q = np.int64(0)
+    if ahead:
+        d, log = lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb)
+    if press:
+        q, log = pressure(state, v, alive, compose, join, cost, mark, pos, log, nb)
+    return _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q), log
 
 
 @numba.njit(cache=True, nogil=True)
@@ -284,14 +308,9 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     ahead = Wd.shape[0] > LOOKAHEAD and H1.shape[1] > 0 and np.any(Wd[LOOKAHEAD] != 0)
     press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and np.any(Wd[PRESSURE] != 0)
     look = ahead or press
-    d = np.int64(0)
-    q = np.int64(0)
     for v in inter:
-        if ahead:
-            d, log = lookahead(work, v, alive, compose, join, cost, mark, pos, log, nb)
-        if press:
-            q, log = pressure(work, v, alive, compose, join, cost, mark, pos, log, nb)
-        logits[v] = _logit(work, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q)
+        logits[v], log = _score(work, v, alive, compose, join, cost, mark, pos, log, nb, ahead, press, inv_scale,
+                                H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -327,11 +346,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                if ahead:
-                    d, log = lookahead(work, u, alive, compose, join, cost, mark, pos, log, nb)
-                if press:
-                    q, log = pressure(work, u, alive, compose, join, cost, mark, pos, log, nb)
-                logits[u] = _logit(work, u, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q)
+                logits[u], log = _score(work, u, alive, compose, join, cost, mark, pos, log, nb, ahead, press,
+                                        inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     return order, np.int64(0)
 
 
