@@ -26,7 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from alphagrad.evaluator import OVERFLOW, Evaluator, copy_state, eliminate, eliminate_logged, new_log, undo, vertex_cost
+from alphagrad.evaluator import _CAP, OVERFLOW, Evaluator, _add, copy_state, eliminate, vertex_cost
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
@@ -113,63 +113,125 @@ def _neighbours(state, v, out, k):
     return out[start:k]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _alive_neighbours(state, v, alive, nb):
-    """Writes ``v``'s neighbours that are ``alive`` into ``nb`` from index 0; returns
-    how many."""
-    k = 0
-    for u in _neighbours(state, v, nb, 0):
-        if alive[u]:
-            nb[k] = u
-            k += 1
-    return k
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _slot(state, v, p):
+    """The neighbour in slot ``p`` of ``v`` and the structure of their edge: ``p >= 0``
+    is a predecessor, ``-1 - p`` a successor (the evaluator's list positions)."""
+    if p >= 0:
+        i = state[9][state[6][v] + p]
+        return i, state[4][state[0][i] + state[10][state[6][v] + p]]
+    return state[3][state[0][v] - 1 - p], state[4][state[0][v] - 1 - p]
 
 
-@numba.njit(cache=True, nogil=True)
-def lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb):
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _share(state, v, s, into, cost):
+    """What one edge of structure ``s`` into ``v`` (``into``) or out of it adds to ``v``'s
+    :func:`vertex_cost`: its product with each edge on the other side."""
+    total = np.int64(0)
+    if into:
+        for t in range(state[1][v]):
+            total = _add(total, cost[state[4][state[0][v] + t], s])
+    else:
+        for t in range(state[7][v]):
+            total = _add(total, cost[s, _slot(state, v, t)[1]])
+    return total
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _adjacent(state, i, k):
+    """Whether the edge ``i -> k`` is there."""
+    for t in range(state[7][k]):
+        if state[9][state[6][k] + t] == i:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def _cost_after(state, v, u, before, compose, join, cost, mark, pos, stamp):
+    """``v``'s :func:`vertex_cost` once its neighbour ``u`` is eliminated, read off the
+    edges around them: eliminating ``u`` changes only the edges between ``v`` and ``u``'s
+    neighbours on the far side (composed and joined by the rules of
+    :func:`alphagrad.evaluator.eliminate`), so only those are counted again.
+    ``mark[x] == stamp`` flags ``v``'s neighbours and ``pos[x]`` is the slot of their edge
+    with ``v`` (:func:`_mark_neighbours`); ``before`` is ``v``'s cost now (saturated:
+    then every edge of ``v`` is counted afresh)."""
+    into = pos[u] >= 0  # u -> v goes and each i -> u composes into i -> v; else v -> u and u -> k
+    e = _slot(state, v, pos[u])[1]
+    gone = _share(state, v, e, into, cost)  # what the edges that change count now ...
+    added = np.int64(0)  # ... and afterwards
+    for t in range(state[7][u] if into else state[1][u]):
+        x, s = _slot(state, u, t if into else -1 - t)
+        c = compose[e, s] if into else compose[s, e]
+        if mark[x] == stamp:  # the edge between x and v is there: joined
+            old = _slot(state, v, pos[x])[1]
+            gone += _share(state, v, old, into, cost)
+            c = join[old, c]
+        added = _add(added, _share(state, v, c, into, cost))
+    if before < _CAP:  # what changes was counted in ``before``, exactly
+        return _add(before - gone, added)
+    total = added  # ``before`` saturated: add the edges on u's side that stay
+    for t in range(state[7][v] if into else state[1][v]):
+        x, s = _slot(state, v, t if into else -1 - t)
+        if x != u and not (_adjacent(state, x, u) if into else _adjacent(state, u, x)):
+            total = _add(total, _share(state, v, s, into, cost))
+    return total
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _mark_neighbours(state, v, mark, pos):
+    """Stamps ``v``'s neighbours in ``mark`` and writes the slot of each one's edge with
+    ``v`` in ``pos`` (``p >= 0`` among ``v``'s predecessors, ``-1 - p`` among its
+    successors), as :func:`_cost_after` reads them; returns the stamp."""
+    V = state[0].shape[0]
+    mark[V] += 1
+    stamp = mark[V]
+    for a in range(state[7][v]):
+        i = state[9][state[6][v] + a]
+        mark[i] = stamp
+        pos[i] = a
+    for b in range(state[1][v]):
+        k = state[3][state[0][v] + b]
+        mark[k] = stamp
+        pos[k] = -1 - b
+    return stamp
+
+
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def lookahead(state, v, alive, compose, join, cost, mark, pos, nb):
     """How much eliminating ``v`` changes what its alive neighbours would cost to
     eliminate (their :func:`vertex_cost` summed, after minus before): a free move that
-    makes a neighbour dear shows here. ``state`` is left as it was (undo log); ``nb`` is
-    scratch of ``[V]``. Returns ``(delta, log)``."""
-    k = _alive_neighbours(state, v, alive, nb)
-    before = np.int64(0)
-    for a in range(k):
-        before += vertex_cost(state, nb[a], cost)
-    log[0] = 0
-    m, log = eliminate_logged(state, v, compose, join, cost, mark, pos, log)
-    after = np.int64(0)
-    for a in range(k):
-        after += vertex_cost(state, nb[a], cost)
-    undo(state, log, 0)
-    if m < 0:
-        return np.int64(0), log
-    return after - before, log
+    makes a neighbour dear shows here. Nothing is eliminated (:func:`_cost_after`);
+    ``mark``/``pos`` are the evaluator's stamped scratch arrays, ``nb`` scratch of
+    ``[V]``."""
+    total = np.int64(0)
+    for x in _neighbours(state, v, nb, 0):
+        if alive[x]:
+            stamp = _mark_neighbours(state, x, mark, pos)
+            before = vertex_cost(state, x, cost)
+            total += _cost_after(state, x, v, before, compose, join, cost, mark, pos, stamp) - before
+    return total
 
 
-@numba.njit(cache=True, nogil=True)
-def pressure(state, v, alive, compose, join, cost, mark, pos, log, nb):
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def pressure(state, v, alive, compose, join, cost, mark, pos, nb):
     """How much eliminating each of ``v``'s alive neighbours would change what ``v``
     costs to eliminate (summed over them, each from the state as it is): a hub that
     every neighbour's elimination makes dearer shows here, before it is left for last.
-    ``state`` is left as it was (undo log); ``nb`` is scratch of ``[V]``. Returns
-    ``(pressure, log)``."""
-    k = _alive_neighbours(state, v, alive, nb)
+    Arguments as for :func:`lookahead`."""
+    stamp = _mark_neighbours(state, v, mark, pos)
     before = vertex_cost(state, v, cost)
     total = np.int64(0)
-    for a in range(k):
-        log[0] = 0
-        m, log = eliminate_logged(state, nb[a], compose, join, cost, mark, pos, log)
-        if m >= 0:
-            total += vertex_cost(state, v, cost) - before
-        undo(state, log, 0)
-    return total, log
+    for u in _neighbours(state, v, nb, 0):
+        if alive[u]:
+            total += _cost_after(state, v, u, before, compose, join, cost, mark, pos, stamp) - before
+    return total
 
 
 @numba.njit(cache=True, nogil=True)
 def observe(state, alive, compose, join, cost):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
     :func:`lookahead`, :func:`pressure` ``)`` of each vertex in ``alive`` in ``state``
-    (zeros elsewhere; ``state`` is used as scratch and left as it was)."""
+    (zeros elsewhere)."""
     in_len, out_len = state[7], state[1]
     V = in_len.shape[0]
     raw = np.zeros((V, 5), np.int64)
@@ -179,13 +241,12 @@ def observe(state, alive, compose, join, cost):
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     nb = np.zeros(V, np.int64)
-    log = new_log(1024)
     for v in alive:
         raw[v, 0] = vertex_cost(state, v, cost)
         raw[v, 1] = in_len[v]
         raw[v, 2] = out_len[v]
-        raw[v, 3], log = lookahead(state, v, mask, compose, join, cost, mark, pos, log, nb)
-        raw[v, 4], log = pressure(state, v, mask, compose, join, cost, mark, pos, log, nb)
+        raw[v, 3] = lookahead(state, v, mask, compose, join, cost, mark, pos, nb)
+        raw[v, 4] = pressure(state, v, mask, compose, join, cost, mark, pos, nb)
     return raw
 
 
@@ -233,12 +294,14 @@ def _signed_log1p(x, inv_scale):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q):
-    c = float(vertex_cost(state, v, cost))
+def _logit(v, c, i, o, d, q, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
+    """The decoder's logit for vertex ``v`` with raw numbers ``(c, i, o, d, q)`` (as
+    :func:`observe` has them)."""
+    c = float(c)
     if H1.shape[1] == 0:  # a network-free prior
         return static[v] - beta * c * inv_scale
-    i = float(state[7][v])
-    o = float(state[1][v])
+    i = float(i)
+    o = float(o)
     feats[0] = np.log1p(c * inv_scale)
     feats[1] = np.log1p(i)
     feats[2] = np.log1p(o)
@@ -264,17 +327,25 @@ def _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static,
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _score(state, v, alive, compose, join, cost, mark, pos, log, nb, ahead, press, inv_scale, H1, Wd, W2, b2, w3,
-           b3, a1, feats, static, beta):
-    """``v``'s logit now, computing the lookahead and the pressure only where the decoder
-    reads them (``ahead``, ``press``; 0 otherwise): ``(logit, log)``."""
+def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, inv_scale, H1, Wd,
+           W2, b2, w3, b3, a1, feats, static, beta):
+    """Sets ``logits[v]`` to ``v``'s logit now, computing the lookahead and the pressure
+    only where the decoder reads them (``ahead``, ``press``; 0 otherwise), and the
+    decoder only if ``v``'s raw numbers differ from those it last saw (``last[v]``, its
+    rows -1 at first): within two hops of a move most are unchanged."""
+    c = vertex_cost(state, v, cost)
+    i = state[7][v]
+    o = state[1][v]
     d = np.int64(0)
     q = np.int64(0)
     if ahead:
-        d, log = lookahead(state, v, alive, compose, join, cost, mark, pos, log, nb)
+        d = lookahead(state, v, alive, compose, join, cost, mark, pos, nb)
     if press:
-        q, log = pressure(state, v, alive, compose, join, cost, mark, pos, log, nb)
-    return _logit(state, v, cost, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta, d, q), log
+        q = pressure(state, v, alive, compose, join, cost, mark, pos, nb)
+    if last[v, 0] == c and last[v, 1] == i and last[v, 2] == o and last[v, 3] == d and last[v, 4] == q:
+        return
+    last[v, 0], last[v, 1], last[v, 2], last[v, 3], last[v, 4] = c, i, o, d, q
+    logits[v] = _logit(v, c, i, o, d, q, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -296,12 +367,12 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     empty = np.zeros(0, np.int64)
     alive = np.zeros(V, np.bool_)
     logits = np.full(V, -np.inf)
+    last = np.full((V, NUM_RAW), -1, np.int64)  # the raw numbers each logit was scored on
     a1 = np.zeros(H1.shape[1])
     feats = np.zeros(Wd.shape[0])
     for v in inter:
         alive[v] = True
     nb = np.zeros(V, np.int64)
-    log = new_log(1024)
     # the lookahead and the pressure are computed only for a decoder that reads them: not
     # for a network-free prior, nor for a model whose weight on one is zero (one trained
     # before it existed)
@@ -309,8 +380,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and np.any(Wd[PRESSURE] != 0)
     look = ahead or press
     for v in inter:
-        logits[v], log = _score(work, v, alive, compose, join, cost, mark, pos, log, nb, ahead, press, inv_scale,
-                                H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, inv_scale,
+                     H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -346,8 +417,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                logits[u], log = _score(work, u, alive, compose, join, cost, mark, pos, log, nb, ahead, press,
-                                        inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last,
+                             inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     return order, np.int64(0)
 
 

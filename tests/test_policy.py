@@ -271,6 +271,43 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     assert along[0][:, 0].any() and (along != 0).any(axis=(0, 1)).all()  # no column trivially zero
 
 
+def test_observe_is_exact_where_costs_saturate():
+    """n = 2**21: eliminating a matmul costs past int64, so counts saturate at COST_CAP.
+    The lookahead and the pressure, read off the edges without eliminating, still equal
+    eliminating in a copy and recounting with the same saturated sums."""
+    from alphagrad import rules
+    from alphagrad.evaluator import copy_state, eliminate, vertex_cost
+
+    n = 2**21
+    f = lambda A, B: jnp.tanh(jnp.sin(A @ B)) * jnp.cos(A @ B) + (A @ B) @ B
+    g = ag.trace(f, *[jax.ShapeDtypeStruct((n, n), jnp.float32)] * 2)
+    ev = Evaluator(g)
+    V, C = g.num_vertices, ev.cost_table
+
+    def cost(state, x, gone=None):  # x's saturated cost now, or once ``gone`` is eliminated
+        if gone is not None:
+            state = copy_state(state)
+            eliminate(state, gone, ev.compose, ev.join, C, np.zeros(V + 1, np.int64), np.zeros(V, np.int64),
+                      np.zeros(0, np.int64))
+        return vertex_cost(state, x, C)
+
+    saturated = 0
+    for seed in range(3):
+        order = np.random.default_rng(seed).permutation(g.intermediates).astype(np.int64)
+        state = ev.new_state()
+        for t in range(len(order)):
+            s, alive = state.arrays, set(order[t:].tolist())
+            raw = policy.observe(s, order[t:], ev.compose, ev.join, C)
+            for v in order[t:]:
+                preds, succs = ev._neighbours(s, int(v))
+                nb = [u for u, _ in preds + succs if u in alive]
+                assert raw[v, 3] == sum(cost(s, u, v) - cost(s, u) for u in nb)
+                assert raw[v, 4] == sum(cost(s, v, u) - cost(s, v) for u in nb)
+                saturated += cost(s, v) == rules.COST_CAP
+            ev.step(state, int(order[t]))
+    assert saturated  # the saturated path was taken
+
+
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
     raw = np.asarray([[[0, 1, 2, 0, 4], [5, 3, 1, -3, 0], [1000, 7, 9, 90, -20]],
                       [[2, 0, 0, 0, 0], [0, 0, 0, 0, 0], [3, 1, 1, 5, 7]]], np.int64)
