@@ -11,13 +11,16 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   how eliminating the vertex would change its neighbours' elimination costs (a free move
   that makes a neighbour dear looks free without it), the pressure how eliminating its
   neighbours would change its own (a hub left for the end gathers every Jacobian around
-  it and costs most there). Eliminating a vertex changes these only within two hops of
-  it, so a move costs the decoder a few vertices, not the graph.
+  it and costs most there). Both are read off the edges around the vertex, by the
+  evaluator's compose/join rules, without eliminating anything. Eliminating a vertex
+  changes these only within two hops of it, so a move costs the decoder a few vertices,
+  not the graph.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
 once, each move re-scores only the vertices within two hops of the eliminated one (its
 neighbours alone for a model whose lookahead and pressure weights are zero) with the decoder's
-weights (:func:`alphagrad.network.decoder_weights`), then takes the best
+weights (:func:`alphagrad.network.decoder_weights`; run only for a vertex whose raw numbers
+changed), then takes the best
 (``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
 """
 
