@@ -26,6 +26,8 @@ changed), then takes the best
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -68,7 +70,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     T = ev.tables
     kinds = np.asarray(graph.kinds, np.int64)
     has_value = np.asarray([s is not None and s.value_vars is not None for s in T.structures], bool)
-    sizes = np.asarray([float(np.prod(s)) if len(s) else 1.0 for s in graph.shapes], np.float64)
+    sizes = np.asarray([float(math.prod(s)) for s in graph.shapes], np.float64)
     ndim = np.asarray([len(s) for s in graph.shapes], np.float64)
     ind = np.bincount(dst, minlength=V).astype(np.float64)
     outd = np.bincount(src, minlength=V).astype(np.float64)
