@@ -246,21 +246,25 @@ def relabel_digits(out_digits: Sequence[Sequence[int]], in_digits: Sequence[Sequ
 # Composition and addition.
 
 
-class _UnionFind:
-    def __init__(self):
-        self.parent: dict = {}
+def _merged(a: Structure, b: Structure) -> tuple[list, int]:
+    """The variables of ``a`` (ids ``0..na-1``) and ``b`` (ids ``na + v``) after
+    identifying ``a``'s input axes with ``b``'s output axes: ``(representative of each,
+    na)`` (a union-find over plain integers: the hot path of building rule tables)."""
+    na = max(a.out_vars + a.in_vars, default=-1) + 1
+    nb = max(b.out_vars + b.in_vars, default=-1) + 1
+    parent = list(range(na + nb))
 
-    def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
         return x
 
-    def union(self, a, b):
-        ra, rb = self.find(a), self.find(b)
+    for va, vb in zip(a.in_vars, b.out_vars):
+        ra, rb = find(va), find(na + vb)
         if ra != rb:
-            self.parent[rb] = ra
+            parent[rb] = ra
+    return [find(x) for x in range(na + nb)], na
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,19 +292,16 @@ def compose(a: Structure, b: Structure) -> Product:
     """Composes ``a = dk/dj`` with ``b = dj/di`` into ``dk/di`` (chain rule)."""
     if a.in_shape != b.out_shape:
         raise ValueError(f"cannot compose: {a.in_shape} != {b.out_shape}")
-    uf = _UnionFind()
-    for va, vb in zip(a.in_vars, b.out_vars):
-        uf.union(("a", va), ("b", vb))
-    root = lambda side, v: uf.find((side, v))
-    out_roots = [root("a", v) for v in a.out_vars]
-    in_roots = [root("b", v) for v in b.in_vars]
+    roots, shift = _merged(a, b)  # b's variable v is roots[shift + v]
+    out_roots = [roots[v] for v in a.out_vars]
+    in_roots = [roots[shift + v] for v in b.in_vars]
     sizes = {}
-    for side, s in (("a", a), ("b", b)):
-        for v, n in s.var_sizes().items():
-            sizes[root(side, v)] = n
+    for offset, s in ((0, a), (shift, b)):
+        for v, n in zip(s.out_vars + s.in_vars, s.out_shape + s.in_shape):
+            sizes[roots[offset + v]] = n
     on_result = set(out_roots) | set(in_roots)
-    a_vals = None if a.value_vars is None else [root("a", v) for v in a.value_vars]
-    b_vals = None if b.value_vars is None else [root("b", v) for v in b.value_vars]
+    a_vals = None if a.value_vars is None else [roots[v] for v in a.value_vars]
+    b_vals = None if b.value_vars is None else [roots[shift + v] for v in b.value_vars]
     in_values = set(a_vals or ()) | set(b_vals or ())
     all_roots = set(sizes)
     free_summed = [r for r in all_roots if r not in on_result and r not in in_values]
