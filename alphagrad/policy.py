@@ -232,14 +232,24 @@ def pressure(state, v, alive, compose, join, cost, mark, pos, nb):
     return total
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, out):
+    """Writes ``v``'s raw numbers of :func:`observe` into ``out`` (``[NUM_RAW]``),
+    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise)."""
+    out[0] = vertex_cost(state, v, cost)
+    out[1] = state[7][v]
+    out[2] = state[1][v]
+    out[3] = lookahead(state, v, alive, compose, join, cost, mark, pos, nb) if ahead else 0
+    out[4] = pressure(state, v, alive, compose, join, cost, mark, pos, nb) if press else 0
+
+
 @numba.njit(cache=True, nogil=True)
 def observe(state, alive, compose, join, cost):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
     :func:`lookahead`, :func:`pressure` ``)`` of each vertex in ``alive`` in ``state``
     (zeros elsewhere)."""
-    in_len, out_len = state[7], state[1]
-    V = in_len.shape[0]
-    raw = np.zeros((V, 5), np.int64)
+    V = state[0].shape[0]
+    raw = np.zeros((V, NUM_RAW), np.int64)
     mask = np.zeros(V, np.bool_)
     for v in alive:
         mask[v] = True
@@ -247,11 +257,7 @@ def observe(state, alive, compose, join, cost):
     pos = np.zeros(V, np.int64)
     nb = np.zeros(V, np.int64)
     for v in alive:
-        raw[v, 0] = vertex_cost(state, v, cost)
-        raw[v, 1] = in_len[v]
-        raw[v, 2] = out_len[v]
-        raw[v, 3] = lookahead(state, v, mask, compose, join, cost, mark, pos, nb)
-        raw[v, 4] = pressure(state, v, mask, compose, join, cost, mark, pos, nb)
+        _raw(state, v, mask, compose, join, cost, mark, pos, nb, True, True, raw[v])
     return raw
 
 
@@ -332,25 +338,19 @@ def _logit(v, c, i, o, d, q, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, stati
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, inv_scale, H1, Wd,
-           W2, b2, w3, b3, a1, feats, static, beta):
-    """Sets ``logits[v]`` to ``v``'s logit now, computing the lookahead and the pressure
-    only where the decoder reads them (``ahead``, ``press``; 0 otherwise), and the
-    decoder only if ``v``'s raw numbers differ from those it last saw (``last[v]``, its
-    rows -1 at first): within two hops of a move most are unchanged."""
-    c = vertex_cost(state, v, cost)
-    i = state[7][v]
-    o = state[1][v]
-    d = np.int64(0)
-    q = np.int64(0)
-    if ahead:
-        d = lookahead(state, v, alive, compose, join, cost, mark, pos, nb)
-    if press:
-        q = pressure(state, v, alive, compose, join, cost, mark, pos, nb)
-    if last[v, 0] == c and last[v, 1] == i and last[v, 2] == o and last[v, 3] == d and last[v, 4] == q:
-        return
-    last[v, 0], last[v, 1], last[v, 2], last[v, 3], last[v, 4] = c, i, o, d, q
-    logits[v] = _logit(v, c, i, o, d, q, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now, inv_scale, H1,
+           Wd, W2, b2, w3, b3, a1, feats, static, beta):
+    """Sets ``logits[v]`` to ``v``'s logit now (:func:`_raw` into the scratch ``now``),
+    running the decoder only if ``v``'s raw numbers differ from those it last saw
+    (``last[v]``, its rows -1 at first): within two hops of a move most are unchanged."""
+    _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, now)
+    same = True
+    for f in range(NUM_RAW):
+        same = same and last[v, f] == now[f]
+        last[v, f] = now[f]
+    if not same:
+        logits[v] = _logit(v, now[0], now[1], now[2], now[3], now[4], inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats,
+                           static, beta)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -373,6 +373,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     alive = np.zeros(V, np.bool_)
     logits = np.full(V, -np.inf)
     last = np.full((V, NUM_RAW), -1, np.int64)  # the raw numbers each logit was scored on
+    now = np.zeros(NUM_RAW, np.int64)
     a1 = np.zeros(H1.shape[1])
     feats = np.zeros(Wd.shape[0])
     for v in inter:
@@ -385,8 +386,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and np.any(Wd[PRESSURE] != 0)
     look = ahead or press
     for v in inter:
-        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, inv_scale,
-                     H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now, inv_scale, H1,
+               Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -422,8 +423,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last,
-                             inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now,
+                       inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     return order, np.int64(0)
 
 
