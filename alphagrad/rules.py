@@ -17,6 +17,7 @@ product, and :meth:`RuleTables.float_cost` the float64 table the JAX engine coun
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 import functools
 
@@ -59,15 +60,20 @@ class RuleTables:
       join: ``[S, S]`` id of ``a + b``.
       cost: per convention, ``[S, S]`` int64 multiplications of ``a . b``, saturated at
         :data:`COST_CAP` (see :meth:`exact_cost` for the exact count).
-      products: ``(a, b) -> structure.Product`` for the interpreter; ``Product.cost``
-        holds the exact counts as Python integers.
     """
 
     structures: tuple
     compose: np.ndarray
     join: np.ndarray
     cost: dict
-    products: dict
+
+    @functools.cached_property
+    def products(self) -> collections.abc.Mapping:
+        """``(a, b) -> structure.Product`` for every pair in :attr:`compose` (how the
+        interpreter computes it; ``Product.cost`` holds the exact counts as Python
+        integers), each composed when first asked for: an order meets a few percent of
+        the pairs a graph's closure holds."""
+        return _Products(self)
 
     @property
     def size(self) -> int:
@@ -82,8 +88,8 @@ class RuleTables:
 
     def exact_cost(self, convention: str, a: int, b: int) -> int:
         """The exact multiplications of ``a . b`` (a Python integer, never saturated)."""
-        p = self.products.get((int(a), int(b)))
-        return 0 if p is None else p.cost[convention]
+        c = int(self.cost[convention][a, b])
+        return c if c < COST_CAP else self.products[(int(a), int(b))].cost[convention]
 
     @functools.cached_property
     def joins_commute(self) -> bool:
@@ -114,11 +120,38 @@ class RuleTables:
     def float_cost(self) -> dict:
         """Per convention, ``[S, S]`` float64 multiplications of ``a . b``: the exact count
         rounded to float64 (not saturated), for the JAX engine."""
-        out = {c: np.zeros((self.size, self.size), np.float64) for c in st.CONVENTIONS}
-        for (a, b), p in self.products.items():
-            for c in st.CONVENTIONS:
-                out[c][a, b] = float(p.cost[c]) if p.cost[c] < 2**1023 else np.inf
+        out = {}
+        for c in st.CONVENTIONS:
+            out[c] = self.cost[c].astype(np.float64)
+            for a, b in zip(*np.nonzero(self.cost[c] >= COST_CAP)):
+                exact = self.products[(int(a), int(b))].cost[c]
+                out[c][a, b] = float(exact) if exact < 2**1023 else np.inf
         return out
+
+
+class _Products(collections.abc.Mapping):
+    """The products of a :class:`RuleTables`, composed on first access and kept."""
+
+    def __init__(self, tables: RuleTables):
+        self._tables = tables
+        self._done: dict = {}
+
+    def __getitem__(self, pair):
+        p = self._done.get(pair)
+        if p is None:
+            a, b = pair
+            T = self._tables
+            if not (0 < a < T.size and 0 < b < T.size) or T.compose[a, b] == INVALID:
+                raise KeyError(pair)
+            p = self._done[pair] = st.compose(T.structures[a], T.structures[b])
+        return p
+
+    def __iter__(self):
+        a, b = np.nonzero(self._tables.compose[1:, 1:] != INVALID)
+        return ((int(i) + 1, int(j) + 1) for i, j in zip(a, b))
+
+    def __len__(self):
+        return int(np.count_nonzero(self._tables.compose[1:, 1:] != INVALID))
 
 
 def build_tables(graph, max_structures: int = 4096) -> RuleTables:
@@ -148,11 +181,11 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
     by_shapes: dict = {}
     compose: dict = {}
     join: dict = {}
-    products: dict = {}
+    costs: dict = {}
     queue: collections.deque = collections.deque()
     queued: set = set()
 
-    def add(s, src_bits, dst_bits):
+    def add(s, src_bits=0, dst_bits=0):
         k = index.get(s)
         if k is None:
             if len(structs) > max_structures:
@@ -168,16 +201,19 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
             by_in.setdefault(s.in_shape, []).append(k)
             by_out.setdefault(s.out_shape, []).append(k)
             by_shapes.setdefault((s.out_shape, s.in_shape), []).append(k)
+        grow(k, src_bits, dst_bits)
+        return k
+
+    def grow(k, src_bits, dst_bits):  # structure k can also sit on these vertices
         if (src_bits & ~srcs[k]) or (dst_bits & ~dsts[k]):
             srcs[k] |= src_bits
             dsts[k] |= dst_bits
             if k not in queued:
                 queued.add(k)
                 queue.append(k)
-        return k
 
     for s in graph.structures:  # ids in order of first appearance, as the graph lists them
-        add(s, 0, 0)
+        add(s)
     for e in graph.edges:
         add(e.structure, 1 << e.src, 1 << e.dst)
     while queue:
@@ -192,30 +228,31 @@ def build_tables(graph, max_structures: int = 4096) -> RuleTables:
             outer_src = srcs[b] & ((1 << (through.bit_length() - 1)) - 1)  # i below the highest j
             outer_dst = dsts[a] >> above << above  # k above the lowest j
             if outer_src and outer_dst:
-                if (a, b) not in compose:
-                    products[(a, b)] = p = st.compose(structs[a], structs[b])
-                    compose[(a, b)] = add(p.result, 0, 0)
-                add(structs[compose[(a, b)]], outer_src, outer_dst)
+                r = compose.get((a, b))
+                if r is None:
+                    result, costs[(a, b)] = st.compose_result(structs[a], structs[b])
+                    r = compose[(a, b)] = add(result)
+                grow(r, outer_src, outer_dst)
         for t in list(by_shapes.get((s.out_shape, s.in_shape), ())):  # s + t on a shared edge
             both_src, both_dst = srcs[k] & srcs[t], dsts[k] & dsts[t]
             if both_src and both_dst:
                 if (k, t) not in join:
-                    join[(k, t)] = join[(t, k)] = add(st.join(s, structs[t]), 0, 0)
-                add(structs[join[(k, t)]], both_src, both_dst)
+                    join[(k, t)] = join[(t, k)] = add(st.join(s, structs[t]))
+                grow(join[(k, t)], both_src, both_dst)
     n = len(structs)
     comp = np.full((n, n), INVALID, np.int32)
     comp[0, :] = comp[:, 0] = NO_EDGE
     jn = np.full((n, n), INVALID, np.int32)
     jn[0, :] = np.arange(n)
     jn[:, 0] = np.arange(n)
-    costs = {c: np.zeros((n, n), np.int64) for c in st.CONVENTIONS}
-    for (a, b), p in products.items():
-        comp[a, b] = compose[(a, b)]
+    cost = {c: np.zeros((n, n), np.int64) for c in st.CONVENTIONS}
+    for (a, b), r in compose.items():
+        comp[a, b] = r
         for c in st.CONVENTIONS:
-            costs[c][a, b] = min(p.cost[c], COST_CAP)
+            cost[c][a, b] = min(costs[(a, b)][c], COST_CAP)
     for (a, b), j in join.items():
         jn[a, b] = j
-    return RuleTables(tuple(structs), comp, jn, costs, products)
+    return RuleTables(tuple(structs), comp, jn, cost)
 
 
 @functools.lru_cache(maxsize=64)

@@ -39,6 +39,7 @@ order in which they were eliminated; see ``tests/test_engine.py``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Hashable, Sequence
 
@@ -87,10 +88,17 @@ class Structure:
         return self.value_vars is not None
 
     def var_sizes(self) -> dict[int, int]:
-        sizes = {}
-        for var, n in zip(self.out_vars + self.in_vars, self.out_shape + self.in_shape):
-            sizes[var] = n
-        return sizes
+        return dict(self._axes)
+
+    @functools.cached_property
+    def _axes(self) -> tuple:
+        """``(variable, size)`` of every axis, outputs first (kept: composing reads it)."""
+        return tuple(zip(self.out_vars + self.in_vars, self.out_shape + self.in_shape))
+
+    @functools.cached_property
+    def _num_vars(self) -> int:
+        """One more than the largest variable id."""
+        return max(self.out_vars + self.in_vars, default=-1) + 1
 
     @property
     def value_shape(self) -> tuple[int, ...] | None:
@@ -138,15 +146,11 @@ def make(
     out_shape, in_shape = tuple(int(n) for n in out_shape), tuple(int(n) for n in in_shape)
     if len(out_vars) != len(out_shape) or len(in_vars) != len(in_shape):
         raise ValueError("one variable per axis is required")
-    labels, ids, sizes = _canonical(out_shape, in_shape, out_vars, in_vars)
-    canon = [ids[lab] for lab in labels]
-    k = len(out_shape)
     if sign not in (1, -1):
         raise ValueError("sign must be +1 or -1")
     if index_map not in MAP_KINDS:
         raise ValueError(f"index_map must be one of {sorted(MAP_KINDS)}, not {index_map!r}")
     if value_vars is None:
-        values = None
         if index_map:
             raise ValueError("an index map needs its value variables")
     else:
@@ -154,32 +158,48 @@ def make(
         missing = [v for v in value_vars if v not in on_axes]
         if missing:
             raise ValueError(f"value variables {missing} are on no axis")
-        values = tuple(sorted({ids[v] for v in value_vars if v in sizes}))
+    return _build(out_shape, in_shape, out_vars, in_vars, value_vars, sign, index_map)
+
+
+def _build(out_shape, in_shape, out_vars, in_vars, value_vars, sign, index_map) -> Structure:
+    """:func:`make` on checked arguments (int shapes, one variable per axis, value
+    variables on axes): the canonical form, shared with the hot path of :func:`compose`."""
+    canon, ids = _canonical(out_shape, in_shape, out_vars, in_vars)
+    k = len(out_shape)
+    if value_vars is None:
+        values = None
+    else:
+        values = tuple(sorted({ids[v] for v in value_vars if v in ids}))
         sign = sign if index_map else 1
     return Structure(out_shape, in_shape, tuple(canon[:k]), tuple(canon[k:]), values, sign, index_map)
 
 
-def _canonical(out_shape, in_shape, out_vars, in_vars):
+def _canonical(out_shape, in_shape, out_vars, in_vars) -> tuple[list, dict]:
+    """``(canonical id of each axis, id of each variable label)``: ids by first appearance,
+    a fresh one for every size-1 axis (whose labels are not in the dict)."""
+    ids: dict[Hashable, int] = {}
     sizes: dict[Hashable, int] = {}
+    canon = []
     fresh = 0
-    labels = []
-    for var, n in zip(list(out_vars) + list(in_vars), tuple(out_shape) + tuple(in_shape)):
+    for var, n in zip((*out_vars, *in_vars), out_shape + in_shape):
         if n == 1:
-            labels.append(("__one__", fresh))
+            canon.append(fresh)
             fresh += 1
             continue
-        if sizes.setdefault(var, n) != n:
+        k = ids.get(var)
+        if k is None:
+            ids[var] = k = fresh
+            sizes[var] = n
+            fresh += 1
+        elif sizes[var] != n:
             raise ValueError(f"variable {var!r} has sizes {sizes[var]} and {n}")
-        labels.append(var)
-    ids: dict[Hashable, int] = {}
-    for lab in labels:
-        ids.setdefault(lab, len(ids))
-    return labels, ids, sizes
+        canon.append(k)
+    return canon, ids
 
 
 def canonical_ids(out_shape, in_shape, out_vars, in_vars) -> dict:
     """The canonical id :func:`make` gives each variable label (size-1 axes excluded)."""
-    return _canonical(out_shape, in_shape, out_vars, in_vars)[1]
+    return _canonical(tuple(out_shape), tuple(in_shape), out_vars, in_vars)[1]
 
 
 def diagonal(shape: Sequence[int], value: bool = True, sign: int = 1) -> Structure:
@@ -250,21 +270,22 @@ def _merged(a: Structure, b: Structure) -> tuple[list, int]:
     """The variables of ``a`` (ids ``0..na-1``) and ``b`` (ids ``na + v``) after
     identifying ``a``'s input axes with ``b``'s output axes: ``(representative of each,
     na)`` (a union-find over plain integers: the hot path of building rule tables)."""
-    na = max(a.out_vars + a.in_vars, default=-1) + 1
-    nb = max(b.out_vars + b.in_vars, default=-1) + 1
-    parent = list(range(na + nb))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for va, vb in zip(a.in_vars, b.out_vars):
-        ra, rb = find(va), find(na + vb)
+    na = a._num_vars
+    parent = list(range(na + b._num_vars))
+    for ra, rb in zip(a.in_vars, b.out_vars):  # (chains stay short: a few axes each)
+        rb += na
+        while parent[ra] != ra:
+            ra = parent[ra]
+        while parent[rb] != rb:
+            rb = parent[rb]
         if ra != rb:
             parent[rb] = ra
-    return [find(x) for x in range(na + nb)], na
+    roots = []
+    for r in parent:
+        while parent[r] != r:
+            r = parent[r]
+        roots.append(r)
+    return roots, na
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,54 +311,7 @@ class Product:
 
 def compose(a: Structure, b: Structure) -> Product:
     """Composes ``a = dk/dj`` with ``b = dj/di`` into ``dk/di`` (chain rule)."""
-    if a.in_shape != b.out_shape:
-        raise ValueError(f"cannot compose: {a.in_shape} != {b.out_shape}")
-    roots, shift = _merged(a, b)  # b's variable v is roots[shift + v]
-    out_roots = [roots[v] for v in a.out_vars]
-    in_roots = [roots[shift + v] for v in b.in_vars]
-    sizes = {}
-    for offset, s in ((0, a), (shift, b)):
-        for v, n in zip(s.out_vars + s.in_vars, s.out_shape + s.in_shape):
-            sizes[roots[offset + v]] = n
-    on_result = set(out_roots) | set(in_roots)
-    a_vals = None if a.value_vars is None else [roots[v] for v in a.value_vars]
-    b_vals = None if b.value_vars is None else [roots[shift + v] for v in b.value_vars]
-    in_values = set(a_vals or ()) | set(b_vals or ())
-    all_roots = set(sizes)
-    free_summed = [r for r in all_roots if r not in on_result and r not in in_values]
-    scale = math.prod(sizes[r] for r in free_summed)
-    sign = a.sign * b.sign
-    if a_vals is None and b_vals is None:
-        const = sign * scale
-        if abs(const) == 1:
-            result = make(a.out_shape, b.in_shape, out_roots, in_roots, None, const)
-        else:
-            result = make(a.out_shape, b.in_shape, out_roots, in_roots, ())
-        cost = {"exact": 0, "published": 1}
-    elif a.index_map or b.index_map:
-        # A gather or scatter-add of the other factor: no multiplication (but a constant
-        # scale of the result, if any). Two maps of a kind give one; else a value.
-        res_vals = sorted((in_values & on_result), key=repr)
-        (row_a, col_a), (row_b, col_b) = _map_kind(a), _map_kind(b)
-        kind = {(True, True): "perm", (True, False): "row", (False, True): "col"}.get(
-            (row_a and row_b, col_a and col_b), "") if scale == 1 else ""
-        result = make(a.out_shape, b.in_shape, out_roots, in_roots, res_vals,
-                      sign if kind else 1, kind)
-        scaling = result.value_size if scale != 1 else 0
-        cost = {"exact": scaling, "published": scaling}
-    else:
-        res_vals = sorted((in_values & on_result), key=repr)
-        result = make(a.out_shape, b.in_shape, out_roots, in_roots, res_vals)
-        result_size = result.value_size
-        einsum_size = math.prod(sizes[r] for r in in_values)
-        scaling = result_size if scale != 1 else 0
-        if a_vals is not None and b_vals is not None:
-            exact = einsum_size + scaling
-            published = einsum_size
-        else:
-            exact = scaling
-            published = math.prod(sizes[r] for r in (a_vals if a_vals is not None else b_vals))
-        cost = {"exact": exact, "published": published}
+    result, cost, (out_roots, in_roots, a_vals, b_vals, scale) = _compose(a, b)
     # Express the einsum in the result's canonical variable ids where possible.
     label = _Labeller(result, out_roots, in_roots)
     einsum = (
@@ -346,7 +320,66 @@ def compose(a: Structure, b: Structure) -> Product:
         result.value_vars,
     )
     # A result with no value but a non-unit constant keeps it in `scale`.
-    return Product(result, cost, einsum, sign * scale, (bool(a.index_map), bool(b.index_map)))
+    return Product(result, cost, einsum, a.sign * b.sign * scale, (bool(a.index_map), bool(b.index_map)))
+
+
+def compose_result(a: Structure, b: Structure) -> tuple[Structure, dict]:
+    """The structure and the cost of ``a . b``, without the einsum that computes it: all
+    that closing a graph's structures under composition needs (see
+    :func:`alphagrad.rules.build_tables`; :func:`compose` gives the whole product)."""
+    return _compose(a, b)[:2]
+
+
+def _compose(a: Structure, b: Structure):
+    """``(result, cost, (out_roots, in_roots, a_vals, b_vals, scale))`` of ``a . b``: the
+    rules of :func:`compose`, with the union-find roots its einsum is written in."""
+    if a.in_shape != b.out_shape:
+        raise ValueError(f"cannot compose: {a.in_shape} != {b.out_shape}")
+    roots, shift = _merged(a, b)  # b's variable v is roots[shift + v]
+    out_roots = [roots[v] for v in a.out_vars]
+    in_roots = [roots[shift + v] for v in b.in_vars]
+    sizes = {}
+    for v, n in a._axes:
+        sizes[roots[v]] = n
+    for v, n in b._axes:
+        sizes[roots[shift + v]] = n
+    on_result = {*out_roots, *in_roots}
+    a_vals = None if a.value_vars is None else [roots[v] for v in a.value_vars]
+    b_vals = None if b.value_vars is None else [roots[shift + v] for v in b.value_vars]
+    in_values = {*(a_vals or ()), *(b_vals or ())}
+    scale = 1
+    for r, n in sizes.items():  # variables summed over that no factor depends on
+        if r not in on_result and r not in in_values:
+            scale *= n
+    sign = a.sign * b.sign
+    if a_vals is None and b_vals is None:
+        const = sign * scale
+        if abs(const) == 1:
+            result = _build(a.out_shape, b.in_shape, out_roots, in_roots, None, const, "")
+        else:
+            result = _build(a.out_shape, b.in_shape, out_roots, in_roots, (), 1, "")
+        cost = {"exact": 0, "published": 1}
+    elif a.index_map or b.index_map:
+        # A gather or scatter-add of the other factor: no multiplication (but a constant
+        # scale of the result, if any). Two maps of a kind give one; else a value.
+        (row_a, col_a), (row_b, col_b) = _map_kind(a), _map_kind(b)
+        kind = {(True, True): "perm", (True, False): "row", (False, True): "col"}.get(
+            (row_a and row_b, col_a and col_b), "") if scale == 1 else ""
+        res_vals = in_values & on_result
+        result = _build(a.out_shape, b.in_shape, out_roots, in_roots, res_vals, sign if kind else 1, kind)
+        scaling = math.prod([sizes[r] for r in res_vals]) if scale != 1 else 0  # the result's value size
+        cost = {"exact": scaling, "published": scaling}
+    else:
+        res_vals = in_values & on_result
+        result = _build(a.out_shape, b.in_shape, out_roots, in_roots, res_vals, 1, "")
+        scaling = math.prod([sizes[r] for r in res_vals]) if scale != 1 else 0
+        if a_vals is not None and b_vals is not None:
+            einsum_size = math.prod([sizes[r] for r in in_values])
+            cost = {"exact": einsum_size + scaling, "published": einsum_size}
+        else:
+            cost = {"exact": scaling,
+                    "published": math.prod([sizes[r] for r in (a_vals if a_vals is not None else b_vals)])}
+    return result, cost, (out_roots, in_roots, a_vals, b_vals, scale)
 
 
 def _map_kind(s: Structure) -> tuple:

@@ -54,6 +54,25 @@ def _graphs():
             ("Encoder", ag.trace(ag.examples.get("Encoder").fn, *ag.examples.get("Encoder").args))]
 
 
+def test_table_products_are_composed_when_asked_and_agree_with_the_tables():
+    """Rule tables keep each product's result and cost; the einsum that computes it is
+    composed the first time the interpreter (or anyone) asks for it."""
+    from alphagrad import rules
+
+    T = rules.build_tables(ag.trace(ag.examples.get("Encoder").fn, *ag.examples.get("Encoder").args))
+    pairs = {(int(a), int(b)) for a, b in np.argwhere(T.compose > 0) if a > 0 and b > 0}
+    assert set(T.products) == pairs and len(T.products) == len(pairs) > 100
+    for a, b in sorted(pairs)[::7]:
+        p = st.compose(T.structures[a], T.structures[b])
+        assert T.products[(a, b)] == p and T.structures[T.compose[a, b]] == p.result
+        for c in st.CONVENTIONS:
+            assert T.cost[c][a, b] == min(p.cost[c], rules.COST_CAP) and T.exact_cost(c, a, b) == p.cost[c]
+    incompatible = next((int(a), int(b)) for a, b in np.argwhere(T.compose == rules.INVALID) if a > 0 and b > 0)
+    for pair in [(0, 1), (1, 0), incompatible, (T.size, 1)]:
+        with pytest.raises(KeyError):
+            T.products[pair]
+
+
 @pytest.mark.parametrize("name,graph", _graphs())
 def test_every_table_product_and_sum_is_exact(name, graph):
     T = engine.tables(graph)
