@@ -349,6 +349,26 @@ def demo(args) -> int:
     return 0
 
 
+def _jax_disk_cache() -> None:
+    """Keeps the command's compiled XLA programs (the network's encoder, one per padded graph
+    size) on disk for its next runs: JAX's persistent compilation cache, in
+    ``$JAX_COMPILATION_CACHE_DIR`` when set (JAX's own setting, left as it is), else in
+    ``alphagrad/jax`` under ``$XDG_CACHE_HOME`` (default ``~/.cache``). A second run then
+    loads them (TransformerStack's encoder: 0.95 s compiling, 0.28 s loading). Not with
+    XLA's optimisations off: that flag is not part of the cache's keys, so such programs
+    would later be served to runs that want them optimised."""
+    import os
+
+    import jax
+
+    if os.environ.get("JAX_COMPILATION_CACHE_DIR") or jax.config.read("jax_disable_most_optimizations"):
+        return
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    jax.config.update("jax_compilation_cache_dir", os.path.join(root, "alphagrad", "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="alphagrad", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -378,6 +398,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="print only the result, as JSON, on stdout")
     p.set_defaults(run=order)
     args = parser.parse_args(argv)
+    _jax_disk_cache()
     try:
         return args.run(args)
     except UsageError as e:

@@ -52,13 +52,22 @@ def run_cli(argv, capsys):
     return code, out, err
 
 
-def test_order_json_is_the_only_thing_on_stdout(src, model):
+def test_order_json_is_the_only_thing_on_stdout(src, model, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     proc = subprocess.run([sys.executable, "-m", "alphagrad", "order", f"{src}:f", "--args", "f32[3,4] f32[4]",
                            "--model", model, "--budget", "0.2", "--json"],
                           capture_output=True, text=True, timeout=300,
-                          # as conftest.py does in this process: compile fast, results are the same
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"})
+                          env={**env, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert proc.returncode == 0, proc.stderr
+    # what it compiled is kept on disk for the next run (JAX's persistent cache) ...
+    cached = list((tmp_path / "cache" / "alphagrad" / "jax").iterdir())
+    assert cached
+    # ... but never what was compiled with XLA's optimisations off (not in the cache keys)
+    subprocess.run([sys.executable, "-m", "alphagrad", "order", f"{src}:f", "--args", "f32[3,4] f32[4]",
+                    "--model", model, "--budget", "0.2", "--json"], capture_output=True, timeout=300, check=True,
+                   env={**env, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "other"),
+                        "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"})
+    assert not (tmp_path / "other" / "alphagrad").exists()
     result = json.loads(proc.stdout)  # the whole of stdout
     assert "imported f.py" in proc.stderr and "model:" in proc.stderr
     g = ag.trace(lambda x, y: jnp.sin(x @ y) * jnp.tanh(x).sum(), jnp.ones((3, 4)), jnp.ones(4))
