@@ -103,10 +103,10 @@ class Agent(hub.AgentHubMixin):
 
     # -- orders ---------------------------------------------------------------------
 
-    def player(self, graph: Graph, scale: float, ev=None) -> policy.Player:
+    def player(self, graph: Graph, scale: float, ev=None, encode: bool = True) -> policy.Player:
         """The network's :class:`~alphagrad.policy.Player` on ``graph`` (costs relative to
-        ``scale``, the best baseline's cost)."""
-        return policy.Player(self.net, self.params, graph, scale, ev)
+        ``scale``, the best baseline's cost; ``encode=False``: a warm-up, see Player)."""
+        return policy.Player(self.net, self.params, graph, scale, ev, encode)
 
     def order(self, f, *example_args, budget_s: float | None = None, seed: int = 0, fallback: str | None = None,
               progress: bool = True, settings: InferenceSettings | None = None) -> OrderResult:
@@ -150,7 +150,7 @@ class Agent(hub.AgentHubMixin):
             warnings.warn(f"the graph has {graph.num_vertices} vertices, more than the model's limit of "
                           f"{self.max_vertices}: annealing from the classic orders without the network",
                           stacklevel=2)
-            make_player = lambda *a: None  # noqa: E731
+            make_player = lambda *a, **k: None  # noqa: E731
         result = find_order(graph, make_player, budget_s, int(seed), settings, bool(progress))
         self._cache[key] = result
         return result

@@ -138,11 +138,13 @@ def _chain() -> Graph:
 
 
 def compile_kernels(make_player=None, note: bool = False) -> float:
-    """Runs each compiled kernel of the schedule once on a small chain: numba compiles
-    them the first time on a machine (seconds; then it loads them from its disk cache) and
-    the network's rollout with them, so that a budget measures search, not compilation.
-    Once per process (``note``: say so on stderr); returns the seconds spent (0 when
-    already done)."""
+    """Runs each compiled kernel of the schedule once on a small chain (with
+    ``make_player``, also the network's features and rollout, played with zero embeddings
+    by ``make_player(graph, scale, ev, encode=False)``: the encoder compiles per graph
+    size, in :class:`alphagrad.policy.Player`): numba compiles them the first time on a
+    machine (seconds; then it loads them from its disk cache), so that a budget measures
+    search, not compilation. Once per process (``note``: say so on stderr); returns the
+    seconds spent (0 when already done)."""
     todo = {"search"} | ({"network"} if make_player is not None else set())
     if todo <= _COMPILED:
         return 0.0
@@ -161,7 +163,7 @@ def compile_kernels(make_player=None, note: bool = False) -> float:
         ev.anneal(rest.copy(), rest.copy(), 64, 1.0, 0.1, 0, prefix=prefix)
         ev.descend(rest.copy(), prefix=prefix)
     if make_player is not None:
-        player = make_player(graph, max(ev.cost(order), 1), ev)
+        player = make_player(graph, max(ev.cost(order), 1), ev, encode=False)
         if player is not None:
             player.play()
             player.play(1.0, 0)
@@ -177,15 +179,18 @@ def baseline_orders(graph: Graph, ev: Evaluator) -> dict:
 
 def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                settings: InferenceSettings = InferenceSettings(), progress: bool = False) -> OrderResult:
-    """Runs the schedule on ``graph``. ``make_player(graph, scale, ev)`` returns a
-    :class:`alphagrad.policy.Player` (or None: no network, the baselines and annealing
-    only). Ctrl-C returns the best complete order so far, with a warning."""
+    """Runs the schedule on ``graph``. ``make_player(graph, scale, ev, encode=True)`` returns
+    a :class:`alphagrad.policy.Player` (or None: no network, the baselines and annealing
+    only; ``encode=False`` is the warm-up of :func:`compile_kernels`). Ctrl-C returns the
+    best complete order so far, with a warning."""
     import warnings
 
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    compile_s = compile_kernels(make_player, note=progress)
+    n = len(graph.intermediates)
+    small = n <= baselines.EXACT_LIMIT  # solved exactly at once: no network
+    compile_s = compile_kernels(None if small else make_player, note=progress)
     t_tables = time.perf_counter()
     rules.tables(graph)  # once per graph (up to 1.3 s on the zoo's; cached for later calls)
     compile_s += time.perf_counter() - t_tables
@@ -206,7 +211,6 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
     orders = baseline_orders(graph, ev)
     costs = {name: offer(o, name) for name, o in orders.items()}
     network_cost = None
-    n = len(graph.intermediates)
     bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
                leave=False)
 
@@ -216,7 +220,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
         bar.refresh()
 
     try:
-        if 1 < n <= baselines.EXACT_LIMIT:
+        if small and n > 1:
             offer(baselines.optimal(graph), "optimal")
         elif n > 1 and best[0] > 0:
             player = make_player(graph, max(min(costs.values()), 1), ev)

@@ -488,14 +488,19 @@ class Player:
       graph: the graph; ``ev`` its evaluator (built if None).
       scale: the graph's cost scale (the best baseline's cost), which the network's cost
         features are relative to.
+      encode: False skips the encoder (zero embeddings): the player then runs the same
+        compiled features and rollout, without the network's knowledge (a warm-up).
     """
 
-    def __init__(self, net, params, graph: Graph, scale: float, ev: Evaluator | None = None):
+    def __init__(self, net, params, graph: Graph, scale: float, ev: Evaluator | None = None, encode: bool = True):
         from alphagrad.network import decoder_weights
 
         self._bind(graph, scale, ev)
         self.inputs = graph_inputs(graph, self.ev, self.scale)
-        h, self.compile_seconds = embed(net, params, self.inputs)
+        if encode:
+            h, self.compile_seconds = embed(net, params, self.inputs)
+        else:  # zero embeddings: plays the same compiled code (to compile it), not the network's orders
+            h, self.compile_seconds = np.zeros((graph.num_vertices, net.config.dim), np.float32), 0.0
         self.weights = decoder_weights(params, h)
 
     def _bind(self, graph: Graph, scale: float, ev: Evaluator | None):

@@ -32,8 +32,8 @@ def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, 
     from data_gen.dataset import row_to_graph
 
     agent = alphagrad.from_pretrained(model)
-    players = {"network": lambda g, s, ev: agent.player(g, s, ev),
-               "markowitz-prior": lambda g, s, ev: ControlPlayer("markowitz", g, s, ev, seed=seed)}
+    players = {"network": agent.player,
+               "markowitz-prior": lambda g, s, ev, encode=True: ControlPlayer("markowitz", g, s, ev, seed=seed)}
     count, rows = collections.Counter(), []
     for row in hf.load_from_disk(data)[split]:
         if row["family"] not in FAMILIES or count[row["family"]] >= per_family:

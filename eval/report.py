@@ -326,7 +326,7 @@ def _run_control(graph, row, ctx, budget, kind):
 
     seed = ctx.config.seed
     prior = kind.removesuffix("-prior")
-    res = find_order(graph, lambda g, scale, ev: ControlPlayer(prior, g, scale, ev, seed), budget, seed)
+    res = find_order(graph, lambda g, scale, ev, encode=True: ControlPlayer(prior, g, scale, ev, seed), budget, seed)
     return (res.order, int(res.cost), float(res.seconds), 0.0,
             f"inference.find_order(graph, ControlPlayer({prior!r}, ...), budget_s={budget:g}, seed={seed})",
             {"found_by": res.method, "network_cost": res.network_cost})
