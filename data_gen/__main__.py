@@ -43,6 +43,9 @@ def parser() -> argparse.ArgumentParser:
                    help="large training graphs (random programs and chained zoo functions; default 0)")
     b.add_argument("--large-train-size", **_pair("large_train_size"),
                    help="intermediates of a large training graph (default 300 2000)")
+    b.add_argument("--stepped-train", type=int, default=0,
+                   help="stepped training graphs of --large-train-size: a small random program iterated like a "
+                        "time-stepping loop, every other one summed into a scalar loss (default 0)")
     b.add_argument("--num-heldout", type=int, default=None,
                    help="random programs of the held-out distribution (default ceil(N/10))")
     b.add_argument("--validation-fraction", type=float, default=0.1)
@@ -87,7 +90,8 @@ def config_from_args(args) -> D.BuildConfig:
     zoo = args.zoo if args.zoo in ("all", "none", "published") else tuple(
         n.strip() for n in args.zoo.split(",") if n.strip())
     kwargs = dict(seed=args.seed, num_random=args.num_random, num_heldout=args.num_heldout,
-                  large=args.large, large_train=args.large_train, validation_fraction=args.validation_fraction,
+                  large=args.large, large_train=args.large_train, stepped_train=args.stepped_train,
+                  validation_fraction=args.validation_fraction,
                   max_structures=args.max_structures, chunk_size=args.chunk_size, zoo=zoo,
                   train=dists["train"], heldout=dists["heldout"])
     if args.large_size is not None:

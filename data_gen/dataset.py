@@ -24,9 +24,9 @@ Rows (one per distinct graph; :func:`features` gives the exact types)::
 graph_hash          ``Graph.fingerprint`` (shapes, kinds, edges and their structures)
 family, name        where the graph comes from: ``random`` (training distribution),
                     ``random_heldout``, ``large_random``, ``large_zoo_chained``, ``large_train_random``,
-                    ``large_train_zoo_chained`` or the zoo
+                    ``large_train_zoo_chained``, ``stepped_train_random`` or the zoo
                     family of an :mod:`alphagrad.examples` entry (``published``, ``large_real``, ...)
-source              ``random_program``, ``zoo`` or ``zoo_chained``
+source              ``random_program``, ``random_program_chained``, ``zoo`` or ``zoo_chained``
 seed                the program seed of a random program (null for zoo functions)
 params              JSON: ``random_programs.describe(spec, seed)`` for a random program;
                     the example (and number of copies) for a zoo function
@@ -118,7 +118,7 @@ SPLITS = ("train", "validation", "heldout")
 
 #: Work groups, in the order their chunks are scheduled (slow ones first) and their
 #: divisor of the chunk size.
-GROUPS = {"large": 16, "large_train": 16, "heldout_random": 4, "zoo": 4, "random": 1}
+GROUPS = {"large": 16, "large_train": 16, "stepped_train": 16, "heldout_random": 4, "zoo": 4, "random": 1}
 
 #: Order in which rows are kept when deduplicating (first occurrence wins).
 DEDUP_PRIORITY = ("heldout", "validation", "train")
@@ -245,6 +245,10 @@ HELDOUT = SpecDistribution(
 #: rule tables tractable at this size).
 LARGE = SpecDistribution("large", num_ops=(1, 600), max_rank=(0, 2), max_dim=(1, 3))
 
+#: One step of a stepped program (:attr:`BuildConfig.stepped_train`): a small random
+#: program, iterated like the body of a time-stepping loop.
+STEP = SpecDistribution("step", num_ops=(10, 60), max_rank=(0, 2), max_dim=(1, 4))
+
 
 # --------------------------------------------------------------------------------------
 # The build configuration.
@@ -264,6 +268,12 @@ class BuildConfig:
       large_train: large graphs for training (random programs and chained zoo functions
         outside the held-out families, alternately), of ``large_train_size``.
       large_train_size: (low, high) intermediates of a large training graph.
+      stepped_train: stepped training graphs of ``large_train_size``: a random program
+        from :data:`STEP` iterated like a time-stepping loop (:func:`chain`), every other
+        one summed into a scalar loss. The real programs of time-stepping solvers, scans
+        and stacked layers are deep and their best orders sweep from one side (forward
+        or reverse, where local greedy choices cost several times more); random programs
+        are shallow.
       validation_fraction: share of training-distribution programs (and non-published zoo
         examples) that go to validation.
       max_structures: larger rule tables are reported as failures.
@@ -279,6 +289,7 @@ class BuildConfig:
     large_size: tuple = (300, 500)
     large_train: int = 0
     large_train_size: tuple = (300, 2000)
+    stepped_train: int = 0
     validation_fraction: float = 0.1
     max_structures: int = DEFAULT_MAX_STRUCTURES
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -303,6 +314,7 @@ class BuildConfig:
             count("num_heldout", self.num_heldout)
         count("large", self.large)
         count("large_train", self.large_train)
+        count("stepped_train", self.stepped_train)
         lo, hi = _pair(self.large_train_size, "large_train_size")
         if not all(isinstance(v, (int, np.integer)) for v in (lo, hi)) or not 2 <= lo <= hi <= LARGE_TRAIN_SIZE_LIMIT:
             raise ValueError(f"large_train_size = {(lo, hi)!r} must be integers with 2 <= low <= high <= "
@@ -344,7 +356,8 @@ class BuildConfig:
             "validation_fraction": float(self.validation_fraction),
             "max_structures": int(self.max_structures),
             "large_size": list(self.large_size),
-            **({"large_train_size": list(self.large_train_size)} if self.large_train else {}),
+            **({"large_train_size": list(self.large_train_size)} if self.large_train or self.stepped_train else {}),
+            **({"step_dist": STEP.to_dict()} if self.stepped_train else {}),
             "train": self.train.to_dict(),
             "heldout": self.heldout.to_dict(),
             "large_dist": self.large_dist.to_dict(),
@@ -354,7 +367,7 @@ class BuildConfig:
     def to_dict(self) -> dict:
         d = self.identity()
         d.update(num_random=self.num_random, num_heldout=self.heldout_count, large=self.large,
-                 large_train=self.large_train,
+                 large_train=self.large_train, stepped_train=self.stepped_train,
                  chunk_size=self.chunk_size, zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
         return d
 
@@ -414,9 +427,9 @@ COLUMNS = tuple(features())  # noqa: E305 (the documented column order)
 COLUMN_DOCS = {
     "graph_hash": "`Graph.fingerprint`: hash of shapes, kinds, edges and edge structures",
     "family": "`random`, `random_heldout`, `large_random`, `large_zoo_chained`, `large_train_random`, "
-              "`large_train_zoo_chained`, or the zoo family",
+              "`large_train_zoo_chained`, `stepped_train_random`, or the zoo family",
     "name": "program or example name (a chained example: `<name>_chain<copies>`)",
-    "source": "`random_program`, `zoo` or `zoo_chained`",
+    "source": "`random_program`, `random_program_chained`, `zoo` or `zoo_chained`",
     "seed": "program seed of a random program (null for zoo functions)",
     "params": "JSON: `random_programs.describe(spec, seed)`, or the zoo example (and copies)",
     "num_vertices": "vertices (inputs + intermediates + outputs)",
@@ -478,7 +491,7 @@ def row_to_graph(row: Mapping):
 # --------------------------------------------------------------------------------------
 # Work items: what each (group, index) builds.
 
-_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3, "large_train": 4}
+_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3, "large_train": 4, "stepped_train": 5}
 
 
 def generate_program(spec: rp.ProgramSpec, seed: int):
@@ -608,26 +621,70 @@ def _large_item(config: BuildConfig, index: int, zoo: list, group: str = "large"
                 break
         else:
             raise _Failure("size", ValueError(f"no zoo example has 1..{hi // 2} intermediates to chain"))
-        copies, got = max(2, round(target / n0)), None
-        tried = set()
-        for _ in range(6):
-            tried.add(copies)
+
+        def build(copies):
             meta.update(name=f"{ex.name}_chain{copies}",
                         params={"example": ex.name, "family": ex.family, "copies": copies,
                                 "coupling": "x + 0.1*tanh(output of x's shape, else sum of output means)"})
-            graph = _stage("trace", _trace, chain(ex.fn, copies), ex.args)
-            got = len(graph.intermediates)
-            if lo <= got <= hi:
-                return graph
-            nxt = max(2, round(copies * target / max(got, 1)))
-            if nxt in tried:
-                nxt = copies + (1 if got < lo else -1)
-            if nxt < 2 or nxt in tried:
-                break
-            copies = nxt
-        raise _Failure("size", ValueError(
-            f"chaining {ex.name} ({n0} intermediates) gives no graph of {(lo, hi)} "
-            f"intermediates (last: {copies} copies, {got})"))
+            return _stage("trace", _trace, chain(ex.fn, copies), ex.args)
+
+        return _sized(build, n0, target, lo, hi, f"chaining {ex.name} ({n0} intermediates)")
+
+    return meta, make
+
+
+def _sized(build, n0: int, target: int, lo: int, hi: int, what: str):
+    """``build(copies)``'s graph with ``lo..hi`` intermediates: copies start at ``target /
+    n0`` (at least 2) and are corrected from each graph's size, a few tries at most."""
+    copies, got, tried = max(2, round(target / n0)), None, set()
+    for _ in range(6):
+        tried.add(copies)
+        graph = build(copies)
+        got = len(graph.intermediates)
+        if lo <= got <= hi:
+            return graph
+        nxt = max(2, round(copies * target / max(got, 1)))
+        if nxt in tried:
+            nxt = copies + (1 if got < lo else -1)
+        if nxt < 2 or nxt in tried:
+            break
+        copies = nxt
+    raise _Failure("size", ValueError(
+        f"{what} gives no graph of {(lo, hi)} intermediates (last: {copies} copies, {got})"))
+
+
+def _stepped_item(config: BuildConfig, index: int):
+    """(meta, graph) of stepped training item ``index``: a program from :data:`STEP`
+    iterated (:func:`chain`) to ``large_train_size`` intermediates; odd indices return the
+    sum of squares of the last step's outputs (one scalar: the reverse-mode regime)."""
+    import jax
+    import jax.numpy as jnp
+
+    lo, hi = config.large_train_size
+    rng = _rng(config, "stepped_train", index)
+    target = int(rng.integers(lo, hi + 1))
+    spec = STEP.draw(rng)
+    seed = _program_seed(rng)
+    loss = index % 2 == 1
+    name = f"stepped_train_{index:05d}"
+    meta = dict(split="train", family="stepped_train_random", name=name, source="random_program_chained",
+                seed=seed, params={**rp.describe(spec, seed), "copies": None, "loss": loss})
+
+    def iterated(fn, copies):
+        chained = chain(fn, copies)
+        if not loss:
+            return chained
+        return lambda *a: sum(jnp.sum(jnp.square(o)) for o in jax.tree_util.tree_leaves(chained(*a)))
+
+    def make():
+        fn, args = _stage("generate", generate_program, spec, seed)
+        n0 = max(len(_stage("trace", _trace, fn, args).intermediates), 1)
+
+        def build(copies):
+            meta["params"]["copies"] = copies
+            return _stage("trace", _trace, iterated(fn, copies), args)
+
+        return _sized(build, n0, target, lo, hi, f"iterating a program of {n0} intermediates")
 
     return meta, make
 
@@ -663,6 +720,8 @@ def _item(config: BuildConfig, group: str, index, zoo: list):
         return _large_item(config, index, zoo)
     if group == "large_train":  # never a chain of a held-out zoo family's function
         return _large_item(config, index, [e for e in zoo if e.family not in HELDOUT_ZOO_FAMILIES], group)
+    if group == "stepped_train":
+        return _stepped_item(config, index)
     ex = next(e for e in zoo if e.name == index)
     return _zoo_item(config, ex)
 
@@ -727,6 +786,7 @@ def plan_chunks(config: BuildConfig, zoo: list) -> list[Chunk]:
         "heldout_random": list(range(config.heldout_count)),
         "large": list(range(config.large)),
         "large_train": list(range(config.large_train)),
+        "stepped_train": list(range(config.stepped_train)),
         "zoo": [e.name for e in zoo],
     }
     ident = hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()).hexdigest()[:12]

@@ -332,3 +332,26 @@ def test_chain_feeds_outputs_back():
     three = alphagrad.trace(chain(ex.fn, 3), *ex.args)
     assert len(three.intermediates) > 3 * one
     assert np.all(np.isfinite(np.asarray(chain(ex.fn, 3)(*ex.args))))
+
+
+def test_stepped_training_graphs_iterate_a_program_and_every_other_is_a_scalar_loss(tmp_path):
+    """Stepped graphs (deep, like time-stepping solvers) go to train, reach the size asked
+    for, are built again from their seeds alone, and odd ones return one scalar; the
+    held-out rows and the build identity of a build without them are unchanged."""
+    config = _tiny_config(num_random=1, num_heldout=1, large=0, zoo="none", stepped_train=2,
+                          large_train_size=(60, 120))
+    D.build(str(tmp_path), config, progress=False, quiet=True)
+    rows = [r for r in _rows(datasets.load_from_disk(str(tmp_path))) if r["family"] == "stepped_train_random"]
+    assert sorted(r["name"] for r in rows) == ["stepped_train_00000", "stepped_train_00001"]
+    for r in rows:
+        params = json.loads(r["params"])
+        assert r["split"] == "train" and r["source"] == "random_program_chained" and params["copies"] >= 2
+        assert 60 <= r["num_intermediates"] <= 120
+        assert params["loss"] == r["name"].endswith("1")
+        if params["loss"]:
+            assert r["num_outputs"] == 1 and r["shapes"][-1] == []
+        row, failure = D.compute_item(config, "stepped_train", int(r["name"][-1]))
+        assert failure is None and row["graph_hash"] == r["graph_hash"]
+    without = dataclasses.replace(config, stepped_train=0)
+    assert "step_dist" in config.identity() and "large_train_size" in config.identity()
+    assert "step_dist" not in without.identity() and "large_train_size" not in without.identity()

@@ -128,7 +128,8 @@ def test_smoke_main_and_dagger_configs_are_valid():
     dagger.validate(check_paths=False)
     assert dagger.data.labels == ("labels", "dagger-1")
     assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
-    for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure"):
+    for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
+                 "pressure-dagger", "stepped"):
         config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
@@ -188,6 +189,30 @@ def test_graphs_over_the_limit_are_left_out_and_counted(data):
     assert (full.bucket == [TD.bucket_of(r["num_vertices"], (64, 128, 256)) for r in full.rows]).all()
     with pytest.raises(C.ConfigError, match="no labelled graph"):
         TD.load_split(data, "train", (64,), 4)
+
+
+def test_extra_datasets_join_the_training_graphs_without_duplicates(data, tmp_path, caplog):
+    """data.extra_paths: another labelled dataset's training graphs are trained on beside
+    data.path's (graphs already there left out and counted); validation stays on data.path."""
+    other = str(tmp_path / "other")
+    assert data_gen_main(["build", "--out", other, "--num-random", "6", "--seed", "4", "--large", "0",
+                          "--num-heldout", "0", "--zoo", "none", "--no-progress", "--quiet"]) == 0
+    L.build_labels(other, LABELS, progress=False)
+    buckets = (64, 128, 256)
+    base, extra = TD.load_split(data, "train", buckets, 256), TD.load_split(other, "train", buckets, 256)
+    both = base.joined(extra)
+    assert [r["graph_hash"] for r in both.rows] == [r["graph_hash"] for r in base.rows + extra.rows]
+    assert (both.bucket == np.concatenate([base.bucket, extra.bucket])).all()
+    same = base.joined(base)
+    assert [r["graph_hash"] for r in same.rows] == [r["graph_hash"] for r in base.rows]
+    assert same.skipped["duplicate"] == len({r["graph_hash"] for r in base.rows})
+    with caplog.at_level("INFO", logger="train"):
+        loop.train(tiny_config(data, **{"data.extra_paths": [other], "steps": 1}), str(tmp_path / "run"),
+                   progress=False, tensorboard=False)
+    fits = TD.load_split(data, "train", (64,), 64).joined(TD.load_split(other, "train", (64,), 64))
+    assert f"train graphs: {len(fits)} " in caplog.text and len(fits) > len(TD.load_split(data, "train", (64,), 64))
+    with pytest.raises(C.ConfigError, match="extra_paths names .* not a dataset directory"):
+        C.from_dict({"data": {"path": data, "extra_paths": [str(tmp_path / "nowhere")]}}).validate()
 
 
 # ---------------------------------------------------------------------------------

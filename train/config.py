@@ -36,10 +36,15 @@ class DataConfig:
         label`` (``labels``: states of annealed orders; more, e.g. ``dagger-1``: states
         a policy reached, from ``--policy MODEL --name dagger-1``). Every labelled state
         of every set is used once per epoch; validation reads the first set.
+      extra_paths: more datasets, built and labelled the same way (e.g. ``data/stepped``
+        from ``python -m data_gen build --stepped-train N``), whose training split joins
+        the training graphs with its first label set (graphs already in ``path`` are left
+        out, counted as duplicates); validation stays on ``path``.
     """
 
     path: str = "data/train"
     labels: tuple = ("labels",)
+    extra_paths: tuple = ()
     train_split: str = "train"
     validation_split: str = "validation"
     max_train_graphs: int = 0
@@ -144,6 +149,12 @@ class TrainConfig:
                 f"data.path {self.data.path!r} does not exist; build a dataset first, e.g. "
                 f"`python -m data_gen build --out {self.data.path} --num-random 1000 --seed 0`, then "
                 f"`python -m data_gen label --data {self.data.path}`, or set data.path (--set data.path=DIR)")
+        for extra in self.data.extra_paths:
+            if check_paths and not os.path.isdir(extra):
+                raise ConfigError(
+                    f"data.extra_paths names {extra!r}, which is not a dataset directory; build and label it "
+                    f"(`python -m data_gen build --out {extra} ...`, `python -m data_gen label --data {extra}`) "
+                    f"or remove it from data.extra_paths")
 
     def to_dict(self) -> dict:
         return _to_plain(dataclasses.asdict(self))
@@ -181,7 +192,7 @@ def _value(tp, value, key: str):
     if dataclasses.is_dataclass(tp):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
-        kind = str if key.endswith("labels") else int
+        kind = str if key.endswith(("labels", "paths")) else int
         if not isinstance(value, (list, tuple)) or not value or not all(type(v) is kind for v in value):
             raise ConfigError(f"{key} must be a non-empty list of {'names' if kind is str else 'integers'}, "
                               f"got {value!r}")

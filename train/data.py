@@ -88,6 +88,20 @@ class LabelledGraphs:
         ratio = max(r["cost_markowitz"], r["cost"], 1) / max(r["cost"], 1)
         return float(np.log(min(ratio, STAKES_CAP)))
 
+    def joined(self, other: "LabelledGraphs") -> "LabelledGraphs":
+        """These graphs and ``other``'s, but for graphs already here (counted in ``skipped``
+        as duplicates): training on several datasets."""
+        have = {r["graph_hash"] for r in self.rows}
+        keep = [j for j, r in enumerate(other.rows) if r["graph_hash"] not in have]
+        skipped = dict(self.skipped)
+        for reason, n in other.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + n
+        dropped = len({other.rows[j]["graph_hash"] for j in range(len(other.rows))} & have)
+        if dropped:
+            skipped["duplicate"] = skipped.get("duplicate", 0) + dropped
+        return LabelledGraphs(self.rows + [other.rows[j] for j in keep],
+                              np.concatenate([self.bucket, other.bucket[keep]]), skipped)
+
     def siblings(self, i: int) -> list:
         """The entries of graph ``i``'s graph (one per label set that labels it)."""
         if not self.by_graph:

@@ -255,6 +255,9 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     os.makedirs(workdir, exist_ok=True)
     d = config.data
     train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels)
+    for extra in d.extra_paths:
+        train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
+                                                  d.labels[:1]))
     val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
                           d.labels[:1])
     samples = sum(len(r["positions"]) for r in train_data.rows)
