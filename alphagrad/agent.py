@@ -50,23 +50,32 @@ def init_params(net: PolicyNet, key):
                     jnp.int32(0), jnp.ones(V, bool), z((1, V, policy.NUM_DYNAMIC)), jnp.ones((1, V), bool), z(1))
 
 
-def widen_decoder(params: dict, dim: int) -> dict:
-    """``params`` of a model saved before its decoder read the last features of
-    :func:`alphagrad.policy.dynamic_features` (the lookahead, then the pressure: its first
-    layer has ``dim + NUM_DYNAMIC - k`` input rows) with zero rows for them: the policy
-    and value are unchanged (and the rollout skips computing a feature of zero weight).
-    Other params are returned as they are."""
+def widen(params: dict, dim: int) -> dict:
+    """``params`` of a model saved before its network read the last features of
+    :func:`alphagrad.policy.dynamic_features` (the lookahead, then the pressure: the
+    decoder's first layer has ``dim + NUM_DYNAMIC - k`` input rows) or of
+    :func:`alphagrad.policy.graph_inputs` (the forward and reverse costs: the encoder's
+    first layer has ``MODES`` input rows), with zero rows for them: the policy and value
+    are unchanged (and the rollout skips computing a feature of zero weight). Other params
+    are returned as they are."""
+    params = _widen(params, "first", dim + policy.NUM_DYNAMIC, policy.NUM_DYNAMIC - policy.LOOKAHEAD, dim)
+    return _widen(params, "embed", policy.NUM_STATIC, policy.NUM_STATIC - policy.MODES, dim)
+
+
+def _widen(params: dict, layer: str, rows: int, most: int, dim: int) -> dict:
+    """``params`` with ``layer``'s kernel padded with zero input rows up to ``rows``, if it
+    lacks at most ``most`` of them (else unchanged: left to the shape check)."""
     try:
-        kernel = params["params"]["first"]["kernel"]
+        kernel = params["params"][layer]["kernel"]
     except (KeyError, TypeError):
         return params
     shape = tuple(getattr(kernel, "shape", ()))
-    missing = dim + policy.NUM_DYNAMIC - shape[0] if len(shape) == 2 and shape[1] == dim else 0
-    if not 0 < missing <= policy.NUM_DYNAMIC - policy.LOOKAHEAD:
+    missing = rows - shape[0] if len(shape) == 2 and shape[1] == dim else 0
+    if not 0 < missing <= most:
         return params
-    first = {**params["params"]["first"],
-             "kernel": np.concatenate([np.asarray(kernel), np.zeros((missing, dim), np.float32)])}
-    return {**params, "params": {**params["params"], "first": first}}
+    wide = {**params["params"][layer],
+            "kernel": np.concatenate([np.asarray(kernel), np.zeros((missing, dim), np.float32)])}
+    return {**params, "params": {**params["params"], layer: wide}}
 
 
 class Agent(hub.AgentHubMixin):
@@ -98,8 +107,9 @@ class Agent(hub.AgentHubMixin):
         config = _check_config(config)
         net = PolicyNet(NetworkConfig(**config["network"]))
         expected = jax.eval_shape(lambda: init_params(net, jax.random.key(0)))
-        hub.check_shapes(expected, widen_decoder(params, config["network"]["dim"]))
-        return cls(config, widen_decoder(params, config["network"]["dim"]), **kwargs)
+        params = widen(params, config["network"]["dim"])
+        hub.check_shapes(expected, params)
+        return cls(config, params, **kwargs)
 
     # -- orders ---------------------------------------------------------------------
 

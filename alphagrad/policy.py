@@ -35,7 +35,11 @@ from alphagrad.evaluator import _CAP, OVERFLOW, Evaluator, _add, copy_state, eli
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
-NUM_STATIC = 12
+NUM_STATIC = 14
+#: The first of :func:`graph_inputs`' static columns that models saved before them lack
+#: (forward's and reverse's cost relative to the scale, the same on every vertex): such a
+#: model is widened with zero weights on them.
+MODES = NUM_STATIC - 2
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
@@ -82,10 +86,13 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     down, up = graph.depths
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
+    # which side a sweep would start from: the graph's forward and reverse costs
+    inter = list(graph.intermediates)
+    modes = [math.log1p(ev.cost(o) / max(int(scale), 1)) for o in (inter, inter[::-1])]
     static = np.stack([
         kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
         np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
-        np.log1p(costs / s), down / depth, up / depth,
+        np.log1p(costs / s), down / depth, up / depth, np.full(V, modes[0]), np.full(V, modes[1]),
     ], -1).astype(np.float32)
     # the multiplications each edge takes part in when its source / its destination goes
     C = ev.cost_table

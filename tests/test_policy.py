@@ -153,9 +153,10 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     g = _program(3, ops=12, num_inputs=2, num_outputs=2, max_rank=1, max_dim=3, width=4)
     ev = Evaluator(g)
     # a freshly initialised network's logits are nearly equal; spread them (a logit range
-    # of a few units), so that the temperature matters
+    # of about 8: they scale with the last layer's kernel), so that the temperature matters
+    raw = _replayed_logits(params, g, ev, 10.0, policy.Player(NET, params, g, 10.0, ev).play())[0]
     sharp = jax.tree_util.tree_map(lambda x: x, params)
-    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * 100.0
+    sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * (8.0 / np.ptp(raw[np.isfinite(raw)]))
     player = policy.Player(NET, sharp, g, 10.0, ev)
     n = len(g.intermediates)
     assert n >= 8
@@ -171,23 +172,44 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
 
 
+def test_a_model_saved_before_the_forward_and_reverse_costs_plays_as_it_did(params):
+    """An encoder of ``MODES`` static inputs (a model trained before the forward and
+    reverse costs were inputs) is widened with zero weights on them: its embeddings, and
+    so its orders, do not depend on them."""
+    from alphagrad.agent import widen
+
+    dim = NET.config.dim
+    narrow = jax.tree_util.tree_map(np.asarray, params)
+    narrow["params"]["embed"]["kernel"] = narrow["params"]["embed"]["kernel"][:policy.MODES]
+    wide = widen(narrow, dim)
+    assert wide["params"]["embed"]["kernel"].shape == (policy.NUM_STATIC, dim)
+    assert not wide["params"]["embed"]["kernel"][policy.MODES:].any() and widen(wide, dim) is wide
+    g = GRAPHS["RoeFlux_1d"]()
+    ev = Evaluator(g)
+    x = policy.graph_inputs(g, ev, _scale(g, ev))
+    moved = {**x, "static": x["static"].copy()}
+    moved["static"][:, policy.MODES:] += 3.0
+    np.testing.assert_allclose(policy.embed(NET, wide, x)[0], policy.embed(NET, wide, moved)[0], rtol=1e-6)
+    assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
+
+
 @pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("random_2", 1), ("random_2", 2)])
 def test_a_model_saved_before_the_lookahead_or_pressure_plays_as_it_did(params, name, missing):
     """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the pressure
     feature, or before the lookahead too) is widened with zero weights on them: the same
     logits, hence the same orders, as the narrow decoder, whose rollout never computes
     them."""
-    from alphagrad.agent import widen_decoder
+    from alphagrad.agent import widen
 
     dim = NET.config.dim
     narrow = jax.tree_util.tree_map(np.asarray, params)
     narrow["params"]["first"]["kernel"] = narrow["params"]["first"]["kernel"][:-missing]
-    wide = widen_decoder(narrow, dim)
+    wide = widen(narrow, dim)
     assert wide["params"]["first"]["kernel"].shape == (dim + policy.NUM_DYNAMIC, dim)
     assert not wide["params"]["first"]["kernel"][-missing:].any()
-    assert widen_decoder(wide, dim) is wide  # already wide: unchanged
+    assert widen(wide, dim) is wide  # already wide: unchanged
     too_narrow = {"params": {**narrow["params"], "first": {**narrow["params"]["first"], "kernel": np.zeros((dim, dim))}}}
-    assert widen_decoder(too_narrow, dim) is too_narrow  # not a decoder this code knows: left to the shape check
+    assert widen(too_narrow, dim) is too_narrow  # not a decoder this code knows: left to the shape check
     g = GRAPHS[name]()
     ev = Evaluator(g)
     scale = _scale(g, ev)
@@ -341,9 +363,12 @@ def test_graph_inputs_shapes_and_contents(name):
     state = ev.new_state()
     direct = _direct_raw(ev, state, g.intermediates, V)
     np.testing.assert_allclose(s[:, 9], np.log1p(direct[:, 0] / scale), rtol=1e-5)  # cost now
+    inter = list(g.intermediates)  # the forward and reverse costs, the same on every vertex
+    np.testing.assert_allclose(s[:, policy.MODES:], np.broadcast_to(
+        np.log1p([ag.cost(g, inter) / scale, ag.cost(g, inter[::-1]) / scale]), (V, 2)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 5], np.log1p(np.bincount(x["dst"], minlength=V)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 6], np.log1p(np.bincount(x["src"], minlength=V)), rtol=1e-6)
-    assert (s[:, 10:] >= 0).all() and (s[:, 10:] <= 1).all()  # depths, normalised
+    assert (s[:, 10:policy.MODES] >= 0).all() and (s[:, 10:policy.MODES] <= 1).all()  # depths, normalised
     assert (s[kinds == INPUT, 10] == 0).all() and (s[kinds == OUTPUT, 11] == 0).all()
     assert s[:, 10].max() == 1.0
     # an edge's "multiplications when its source / destination is eliminated" add up, over
