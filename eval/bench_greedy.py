@@ -5,6 +5,8 @@ baseline competing) on every held-out graph of the dataset in ``--data`` and rep
 cost over the graph's best baseline (forward, reverse, Markowitz), models side by side,
 geometric means per group of families, and per graph for the published and large groups.
 Used to compare training rounds (e.g. the main run's model against a DAgger round's).
+The per-graph table also gives forward, reverse and Markowitz over the same best
+baseline: which regime a graph is in (a sweep from one side, or local greedy choices).
 
 Writes ``OUT/report.json`` and ``OUT/report.md``; ``--readme README.md`` puts the summary
 between ``<!-- bench_greedy:start -->`` and ``<!-- bench_greedy:end -->``.
@@ -26,7 +28,8 @@ GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
 
 
 def measure(models: list, data: str, split: str) -> dict:
-    """``{group: [(name, intermediates, [ratio per model])]}`` over the split's graphs."""
+    """``{group: [(name, intermediates, [ratio per model], {baseline: ratio})]}`` over the
+    split's graphs."""
     import datasets as hf
 
     import alphagrad
@@ -43,7 +46,8 @@ def measure(models: list, data: str, split: str) -> dict:
         ev = Evaluator(graph, "exact")
         scale = max(row["best_baseline"], 1)
         ratios = [ev.cost(a.player(graph, scale, ev).play(0.0)) / scale for a in agents]
-        groups[group].append((row["name"], row["num_intermediates"], ratios))
+        modes = {m: row[f"cost_{m}"] / scale for m in ("forward", "reverse", "markowitz")}
+        groups[group].append((row["name"], row["num_intermediates"], ratios, modes))
     return groups
 
 
@@ -57,11 +61,12 @@ def markdown(models: list, groups: dict) -> str:
         if rows:
             lines.append(f"| {g} | {len(rows)} | " + " | ".join(f"{geomean(rows, i):.3f}" for i in range(len(models)))
                          + " |")
-    lines += ["", "| graph | intermediates | " + " | ".join(f"`{m}`" for m in models) + " |",
-              "|---|---|" + "---|" * len(models)]
+    lines += ["", "| graph | intermediates | " + " | ".join(f"`{m}`" for m in models)
+              + " | forward | reverse | Markowitz |", "|---|---|" + "---|" * (len(models) + 3)]
     for g, rows in groups.items():
         if g != "random held-out":
-            lines += [f"| {name} | {n} | " + " | ".join(f"{x:.3f}" for x in ratios) + " |" for name, n, ratios in rows]
+            lines += [f"| {name} | {n} | " + " | ".join(f"{x:.3f}" for x in [*ratios, *modes.values()]) + " |"
+                      for name, n, ratios, modes in rows]
     return "\n".join(lines)
 
 

@@ -385,12 +385,15 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
     assert len(rows) == sum(1 for r in ds if r["num_intermediates"] > 0 and any(
         r["family"] in fams for fams in BG.GROUPS.values()))
     agent = alphagrad.from_pretrained(model)
-    for name, n, ratios in rows:
+    for name, n, ratios, modes in rows:
         row = next(r for r in ds if r["name"] == name)
         graph = D.row_to_graph(row)
         scale = max(row["best_baseline"], 1)
         want = alphagrad.cost(graph, agent.player(graph, scale).play(0.0)) / scale
         assert ratios == [pytest.approx(want)] * 2 and n == row["num_intermediates"]
+        assert min(modes.values()) == pytest.approx(1.0)  # the best baseline is one of them
+        for mode, short in (("forward", "fwd"), ("reverse", "rev")):
+            assert modes[mode] == pytest.approx(alphagrad.cost(graph, short) / scale)
     text = readme.read_text()
     assert "old" not in text and "greedy order / best baseline" in text and text.endswith(f"{BG.END}\nrest\n")
 

@@ -129,7 +129,7 @@ def test_smoke_main_and_dagger_configs_are_valid():
     assert dagger.data.labels == ("labels", "dagger-1")
     assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
     for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
-                 "pressure-dagger", "stepped", "modes"):
+                 "pressure-dagger", "stepped", "modes", "modes-dagger"):
         config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
@@ -211,6 +211,9 @@ def test_extra_datasets_join_the_training_graphs_without_duplicates(data, tmp_pa
                    progress=False, tensorboard=False)
     fits = TD.load_split(data, "train", (64,), 64).joined(TD.load_split(other, "train", (64,), 64))
     assert f"train graphs: {len(fits)} " in caplog.text and len(fits) > len(TD.load_split(data, "train", (64,), 64))
+    with pytest.raises(C.ConfigError, match="dagger-9"):  # extra_labels names the label sets read there
+        loop.train(tiny_config(data, **{"data.extra_paths": [other], "data.extra_labels": ["labels", "dagger-9"],
+                                        "steps": 1}), str(tmp_path / "run2"), progress=False, tensorboard=False)
     with pytest.raises(C.ConfigError, match="extra_paths names .* not a dataset directory"):
         C.from_dict({"data": {"path": data, "extra_paths": [str(tmp_path / "nowhere")]}}).validate()
 

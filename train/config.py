@@ -38,13 +38,14 @@ class DataConfig:
         of every set is used once per epoch; validation reads the first set.
       extra_paths: more datasets, built and labelled the same way (e.g. ``data/stepped``
         from ``python -m data_gen build --stepped-train N``), whose training split joins
-        the training graphs with its first label set (graphs already in ``path`` are left
-        out, counted as duplicates); validation stays on ``path``.
+        the training graphs with the label sets ``extra_labels`` (graphs already in
+        ``path`` are left out, counted as duplicates); validation stays on ``path``.
     """
 
     path: str = "data/train"
     labels: tuple = ("labels",)
     extra_paths: tuple = ()
+    extra_labels: tuple = ("labels",)
     train_split: str = "train"
     validation_split: str = "validation"
     max_train_graphs: int = 0

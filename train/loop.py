@@ -257,7 +257,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels)
     for extra in d.extra_paths:
         train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
-                                                  d.labels[:1]))
+                                                  d.extra_labels))
     val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
                           d.labels[:1])
     samples = sum(len(r["positions"]) for r in train_data.rows)
