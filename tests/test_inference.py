@@ -35,14 +35,14 @@ def test_control_priors_play_what_they_say(graph):
 
 def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_records_its_stages(graph):
     settings = InferenceSettings(samples=4, anneal=False)
-    r = find_order(graph, lambda g, s, ev: ControlPlayer("random", g, s, ev, 3), 0.5, 0, settings)
+    r = find_order(graph, lambda g, s, ev, encode=True: ControlPlayer("random", g, s, ev, 3), 0.5, 0, settings)
     assert r.cost == ag.cost(graph, r.order) <= r.best_baseline
     assert r.network_cost is not None and r.cost == min(r.network_cost, r.best_baseline)
     assert {stage for _, _, stage in r.history} <= {"forward", "reverse", "markowitz", "network greedy",
                                                      "network sampled"}
-    annealed = find_order(graph, lambda g, s, ev: ControlPlayer("uniform", g, s, ev), 0.3, 0)
+    annealed = find_order(graph, lambda g, s, ev, encode=True: ControlPlayer("uniform", g, s, ev), 0.3, 0)
     assert annealed.cost <= annealed.best_baseline and annealed.seconds < 0.3 * 1.1 + 0.05
-    without = find_order(graph, lambda *a: None, 0.3, 0)  # no player at all: baselines and annealing
+    without = find_order(graph, lambda *a, **k: None, 0.3, 0)  # no player at all: baselines and annealing
     assert without.network_cost is None and without.cost <= without.best_baseline
 
 
@@ -58,7 +58,7 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
 
     monkeypatch.setattr(baselines, "anneal", spy)
     player = ControlPlayer("markowitz", graph, _scale(graph), Evaluator(graph))
-    r = find_order(graph, lambda *a: player, 0.4, 0, InferenceSettings(samples=0, opening=0.5))
+    r = find_order(graph, lambda *a, **k: player, 0.4, 0, InferenceSettings(samples=0, opening=0.5))
     n = len(graph.intermediates)
     assert [c.get("keep", 0) for c in calls] == [n // 2, 0]  # the opening stage, then the whole order
     assert calls[0]["start"] == player.play() and calls[0]["budget_s"] < 0.25
@@ -66,7 +66,7 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
     assert {stage for _, _, stage in r.history} <= {"forward", "reverse", "markowitz", "network greedy",
                                                      "anneal after the network's opening", "anneal"}
     calls.clear()
-    find_order(graph, lambda *a: player, 0.2, 0)  # the default: no opening stage
+    find_order(graph, lambda *a, **k: player, 0.2, 0)  # the default: no opening stage
     assert [c.get("keep", 0) for c in calls] == [0]
     # the last stage starts from the baselines, as annealing alone does, and the best so far
     ev = Evaluator(graph)

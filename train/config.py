@@ -194,7 +194,8 @@ def _value(tp, value, key: str):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
         kind = str if key.endswith(("labels", "paths")) else int
-        if not isinstance(value, (list, tuple)) or not value or not all(type(v) is kind for v in value):
+        empty_ok = key.endswith("extra_paths")  # no extra datasets
+        if not isinstance(value, (list, tuple)) or not (value or empty_ok) or not all(type(v) is kind for v in value):
             raise ConfigError(f"{key} must be a non-empty list of {'names' if kind is str else 'integers'}, "
                               f"got {value!r}")
         return tuple(value)
