@@ -185,19 +185,19 @@ def _convert(cls, data, where: str):
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _value(hints[name], value, where + name)
+        kwargs[name] = _value(hints[name], value, where + name, empty_ok=fields[name].default == ())
     return cls(**kwargs)
 
 
-def _value(tp, value, key: str):
+def _value(tp, value, key: str, empty_ok: bool = False):
+    """``value`` of type ``tp`` for ``key``; a list may be empty where the field's default is."""
     if dataclasses.is_dataclass(tp):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
         kind = str if key.endswith(("labels", "paths")) else int
-        empty_ok = key.endswith("extra_paths")  # no extra datasets
         if not isinstance(value, (list, tuple)) or not (value or empty_ok) or not all(type(v) is kind for v in value):
-            raise ConfigError(f"{key} must be a non-empty list of {'names' if kind is str else 'integers'}, "
-                              f"got {value!r}")
+            raise ConfigError(f"{key} must be a{'' if empty_ok else ' non-empty'} list of "
+                              f"{'names' if kind is str else 'integers'}, got {value!r}")
         return tuple(value)
     if tp is float:
         if type(value) not in (int, float):

@@ -96,7 +96,7 @@ class LabelledGraphs:
         skipped = dict(self.skipped)
         for reason, n in other.skipped.items():
             skipped[reason] = skipped.get(reason, 0) + n
-        dropped = len({other.rows[j]["graph_hash"] for j in range(len(other.rows))} & have)
+        dropped = len({r["graph_hash"] for r in other.rows} & have)
         if dropped:
             skipped["duplicate"] = skipped.get("duplicate", 0) + dropped
         return LabelledGraphs(self.rows + [other.rows[j] for j in keep],
