@@ -88,7 +88,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     s = float(max(scale, 1))
     # which side a sweep would start from: the graph's forward and reverse costs
     inter = list(graph.intermediates)
-    modes = [math.log1p(ev.cost(o) / max(int(scale), 1)) for o in (inter, inter[::-1])]
+    modes = [math.log1p(ev.cost(o) / s) for o in (inter, inter[::-1])]
     static = np.stack([
         kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
         np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
