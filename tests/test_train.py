@@ -376,6 +376,16 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_export_names_every_label_set_and_says_where_a_manifest_is_missing(tmp_path):
+    from train import export
+
+    (tmp_path / "a" / "labels").mkdir(parents=True)
+    (tmp_path / "a" / "labels" / "labels.json").write_text(
+        json.dumps({"config": {"policy_sha256": "f" * 64}, "rows": {"train": 7}}))
+    text = export.label_sets(str(tmp_path / "a"), ["labels", "dagger"])
+    assert text == "labels: {'train': 7}, states of policy ffffffffffff; dagger: manifest not on the exporting machine"
+
+
 def test_export_lineage_names_every_earlier_run_until_one_that_is_not_a_run(tmp_path):
     """The card's "earlier runs": each ``init_from`` run with its steps and wall time,
     ending at a start that is not a run directory (or one already named: no loop)."""

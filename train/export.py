@@ -50,6 +50,22 @@ def lineage(train_config: dict, limit: int = 32) -> str:
     return " <- ".join(parts) if parts else "none (random initialisation)"
 
 
+def label_sets(path: str, names: list[str]) -> str:
+    """Each label set's rows per split and the policy whose states it labels, from its
+    ``labels.json``; a set whose manifest is not on this machine says so."""
+    sets = []
+    for name in names:
+        manifest = os.path.join(path, name, "labels.json")
+        if not os.path.exists(manifest):
+            sets.append(f"{name}: manifest not on the exporting machine")
+            continue
+        with open(manifest) as f:
+            info = json.load(f)
+        policy = info.get("config", {}).get("policy_sha256")
+        sets.append(f"{name}: {info.get('rows', '?')}" + (f", states of policy {policy[:12]}" if policy else ""))
+    return "; ".join(sets)
+
+
 def export(workdir: str, out: str) -> list[str]:
     """Writes the run's best model (``WORKDIR/best_model``) with a full card to ``out``."""
     best = os.path.join(workdir, "best_model")
@@ -60,15 +76,11 @@ def export(workdir: str, out: str) -> list[str]:
         rows = list(csv.DictReader(f))
     last = rows[-1]
     best_row = min((r for r in rows if r.get("val_ratio")), key=lambda r: float(r["val_ratio"]))
-    path = train_config["data"]["path"]
-    sets = []
-    for name in train_config["data"].get("labels", ["labels"]):
-        manifest = os.path.join(path, name, "labels.json")
-        info = json.load(open(manifest)) if os.path.exists(manifest) else {}
-        policy = info.get("config", {}).get("policy_sha256")
-        sets.append(f"{name}: {info.get('rows', '?')}" + (f", states of policy {policy[:12]}" if policy else ""))
+    data = train_config["data"]
+    datasets = [(data["path"], data.get("labels", ["labels"]))]
+    datasets += [(p, data.get("extra_labels", ["labels"])) for p in data.get("extra_paths", [])]
     training = {
-        "data": f"{path} (labels {'; '.join(sets)})",
+        "data": "; ".join(f"{path} (labels {label_sets(path, names)})" for path, names in datasets),
         "started from": train_config.get("init_from") or "random initialisation",
         "earlier runs (latest first)": lineage(train_config),
         "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",
