@@ -1,8 +1,9 @@
 """What a new user waits for (not a test): ``python -m eval.bench_first_call``.
 
-Each graph gets two new Python processes in turn, sharing a fresh directory for JAX's
-persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``, as ``alphagrad order`` keeps
-one): the first compiles, the second loads what the first compiled. Each process imports
+Each graph gets two new Python processes in turn, sharing fresh directories for JAX's
+persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``) and for rule tables
+(``ALPHAGRAD_CACHE_DIR``), as ``alphagrad order`` keeps them: the first compiles and
+builds, the second loads what the first kept. Each process imports
 alphagrad, loads the bundled model, and calls ``agent.order(f, *args, budget_s=B)`` twice
 on the plain function, as a user would. Reported per process: import and model load, the
 first call's wall time, its ``.seconds`` (the budget's clock) and ``.compile_seconds``
@@ -68,7 +69,8 @@ def measure(graphs, budget_s: float) -> list:
     rows = []
     for name in graphs:
         with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": cache,
+            env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": os.path.join(cache, "jax"),
+                   "ALPHAGRAD_CACHE_DIR": os.path.join(cache, "alphagrad"),
                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "HF_HUB_OFFLINE": "1"}
             for process in ("first", "second"):
                 out = subprocess.run([sys.executable, "-m", "eval.bench_first_call", "--child", name,
@@ -110,7 +112,7 @@ def main(argv=None) -> int:
         json.dump({"command": command, "machine": machine, "budget_s": args.budget, "rows": rows}, f, indent=1)
     table = markdown(rows)
     intro = (f"`{command.strip()}` ({machine}): `agent.order(f, *args, budget_s={args.budget:g})` in new "
-             f"processes, two per graph sharing a JAX compilation cache directory")
+             f"processes, two per graph sharing a JAX compilation cache and a rule-table cache directory")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(f"# A new user's first call\n\n{intro}\n\n{table}\n")
     print(table)

@@ -6,9 +6,15 @@ keys, so it is never flipped inside this process. What users run, JAX's default 
 settings, is checked in a separate process: every zoo entry's Jacobian
 (tests/test_zoo.py::test_every_jacobian_under_default_xla_settings)."""
 
+import os
+
 import jax
 
 jax.config.update("jax_disable_most_optimizations", True)
+
+# Rule tables stay in memory (the commands would keep them in ~/.cache/alphagrad); the
+# disk cache is tested on its own, in temporary directories.
+os.environ.setdefault("ALPHAGRAD_CACHE_DIR", "")
 
 # Property tests draw the same examples on every run, so that CI passes or fails on the code,
 # not on the draw (run hypothesis with another profile to explore new examples).

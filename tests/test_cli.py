@@ -53,7 +53,7 @@ def run_cli(argv, capsys):
 
 
 def test_order_json_is_the_only_thing_on_stdout(src, model, tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "ALPHAGRAD_CACHE_DIR"}
     proc = subprocess.run([sys.executable, "-m", "alphagrad", "order", f"{src}:f", "--args", "f32[3,4] f32[4]",
                            "--model", model, "--budget", "0.2", "--json"],
                           capture_output=True, text=True, timeout=300,
@@ -67,13 +67,16 @@ def test_order_json_is_the_only_thing_on_stdout(src, model, tmp_path):
                     "--model", model, "--budget", "0.2", "--json"], capture_output=True, timeout=300, check=True,
                    env={**env, "HF_HUB_OFFLINE": "1", "XDG_CACHE_HOME": str(tmp_path / "other"),
                         "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"})
-    assert not (tmp_path / "other" / "alphagrad").exists()
+    assert not (tmp_path / "other" / "alphagrad" / "jax").exists()
     result = json.loads(proc.stdout)  # the whole of stdout
     assert "imported f.py" in proc.stderr and "model:" in proc.stderr
     g = ag.trace(lambda x, y: jnp.sin(x @ y) * jnp.tanh(x).sum(), jnp.ones((3, 4)), jnp.ones(4))
     assert sorted(result["order"]) == sorted(g.intermediates)
     assert result["cost"] == ag.cost(g, result["order"]) <= min(result["baselines"].values())
     assert result["fingerprint"] == g.fingerprint
+    from alphagrad import rules  # and so are the graph's rule tables
+
+    assert (tmp_path / "cache" / "alphagrad" / "tables" / f"{rules._disk_key(g)}.npz").is_file()
     assert set(result) >= {"savings", "method", "network_cost", "seconds", "compile_seconds"}
 
 

@@ -73,6 +73,56 @@ def test_table_products_are_composed_when_asked_and_agree_with_the_tables():
             T.products[pair]
 
 
+def test_rule_tables_kept_on_disk_are_the_built_ones_and_a_bad_file_is_rebuilt(tmp_path, monkeypatch):
+    """With ``$ALPHAGRAD_CACHE_DIR`` a later process loads a graph's tables instead of
+    building them: the same structures, compose/join/cost tables and products. A damaged
+    file, or one holding another graph's tables, is rebuilt with a warning; a directory
+    that cannot be written warns and keeps the tables in memory."""
+    import warnings
+
+    from alphagrad import rules
+
+    def fresh(g):  # a new process: nothing in memory
+        rules._tables_cached.cache_clear()
+        return rules.tables(g)
+
+    def same(T, U):
+        assert T.structures == U.structures
+        for a, b in [(T.compose, U.compose), (T.join, U.join)] + [(T.cost[c], U.cost[c]) for c in st.CONVENTIONS]:
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+    (name, g), (_, other) = _graphs()
+    built = rules.build_tables(g)
+    monkeypatch.setenv(rules.CACHE_ENV, str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same(fresh(g), built)  # built, then written
+        [path] = (tmp_path / "tables").iterdir()
+        loaded = fresh(g)  # read
+    same(loaded, built)
+    assert all(loaded.products[k] == built.products[k] for k in list(built.products)[::11])
+    assert ag.cost(g, ag.baselines.markowitz(g)) == engine.Evaluator(g, "exact", built).cost(ag.baselines.markowitz(g))
+
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a damaged file
+    with pytest.warns(UserWarning, match="rebuilding the rule tables"):
+        same(fresh(g), built)
+    same(fresh(g), built)  # rewritten whole
+    path.write_bytes(b"")  # an empty one
+    with pytest.warns(UserWarning, match="rebuilding"):
+        same(fresh(g), built)
+    rules._save(str(path), rules.build_tables(other))  # another graph's tables under this key
+    with pytest.warns(UserWarning, match="not this graph's tables"):
+        same(fresh(g), built)
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv(rules.CACHE_ENV, str(blocked))  # not a directory
+    with pytest.warns(UserWarning, match="cannot keep rule tables"):
+        same(fresh(g), built)
+    rules._tables_cached.cache_clear()
+
+
 @pytest.mark.parametrize("name,graph", _graphs())
 def test_every_table_product_and_sum_is_exact(name, graph):
     T = engine.tables(graph)
