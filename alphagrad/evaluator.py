@@ -48,7 +48,9 @@ import numpy as np
 from alphagrad import rules as rl
 from alphagrad.graph import Graph
 
-_CAP = np.int64(rl.COST_CAP)
+#: Costs and their sums saturate here (:data:`alphagrad.rules.COST_CAP`, as int64; see
+#: :func:`saturating_add`): a saturated total is recounted exactly, never returned.
+CAP = np.int64(rl.COST_CAP)
 #: A pool is full: grow the pools and start again.
 OVERFLOW = np.int64(-1)
 #: An undo log is full: grow it and eliminate again (nothing was changed).
@@ -58,10 +60,10 @@ _OS, _OL, _OC, _OD, _OSID, _OTW, _IS, _IL, _IC, _ISRC, _ITW, _META = range(12)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _add(a, b):
+def saturating_add(a, b):
     """``min(a + b, COST_CAP)`` for ``0 <= a, b <= COST_CAP`` (never wraps)."""
     s = a + b
-    return s if s < _CAP else _CAP
+    return s if s < CAP else CAP
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -243,7 +245,7 @@ def eliminate(state, v, compose, join, cost, mark, pos, log):
             s0 = out_start[v]
             k = out_dst[s0 + b]
             a_id = out_sid[s0 + b]
-            total = _add(total, cost[a_id, b_id])
+            total = saturating_add(total, cost[a_id, b_id])
             c = compose[a_id, b_id]
             p = -1
             if by_marks:
@@ -315,7 +317,7 @@ def vertex_cost(state, v, cost):
         i = in_src[in_start[v] + a]
         b_id = out_sid[out_start[i] + in_twin[in_start[v] + a]]
         for b in range(out_len[v]):
-            total = _add(total, cost[out_sid[out_start[v] + b], b_id])
+            total = saturating_add(total, cost[out_sid[out_start[v] + b], b_id])
     return total
 
 
@@ -341,7 +343,7 @@ def order_cost(state0, order, compose, join, cost):
         m = eliminate(work, v, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return OVERFLOW
-        total = _add(total, m)
+        total = saturating_add(total, m)
     return total
 
 
@@ -397,7 +399,7 @@ def markowitz(state0, inter, compose, join, cost):
         m = eliminate(work, best, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return order, OVERFLOW
-        total = _add(total, m)
+        total = saturating_add(total, m)
         alive[best] = False
         order[step] = best
         for t in range(nt):  # only the neighbours' costs changed
@@ -427,7 +429,7 @@ def _solve(state, inter, remaining, memo, compose, join, cost, mark, pos):
         remaining[idx] = True
         if rest < 0:
             return OVERFLOW
-        r = _add(c, rest)
+        r = saturating_add(c, rest)
         if best < 0 or r < best:
             best = r
     if best < 0:
@@ -461,7 +463,7 @@ def optimal(state0, inter, compose, join, cost):
             nxt = copy_state(state)
             c = eliminate(nxt, inter[idx], compose, join, cost, mark, pos, np.zeros(0, np.int64))
             rest = memo[nxt[_META][2]] if step < n - 1 else np.int64(0)
-            if _add(c, rest) == target:
+            if saturating_add(c, rest) == target:
                 order[step] = inter[idx]
                 remaining[idx] = False
                 state = nxt
@@ -481,7 +483,7 @@ def _eliminate_unit(work, v, gstart, gmem, compose, join, cost, mark, pos, log):
         m = eliminate(work, gmem[t], compose, join, cost, mark, pos, log)
         if m < 0:
             return m
-        total = _add(total, m)
+        total = saturating_add(total, m)
     return total
 
 
@@ -527,7 +529,7 @@ def _seek(work, log, lpos, pcost, phash, fresh, order, cursor, target, gstart, g
             return LOG_FULL
         if m < 0:
             return OVERFLOW
-        pcost[p + 1] = _add(pcost[p], m)
+        pcost[p + 1] = saturating_add(pcost[p], m)
         phash[p + 1] = meta[2]
         fresh[p + 1] = True
     lpos[target] = log[0]
@@ -593,7 +595,7 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem
             return LOG_FULL, 0
         if m < 0:
             return OVERFLOW, 0
-        run = _add(run, m)
+        run = saturating_add(run, m)
         if run > threshold:
             return run, p + 1
         h = meta[2]
@@ -601,7 +603,7 @@ def _score(work, log, cand, lo, hi, pcost, phash, fresh, threshold, gstart, gmem
         tmp_hash[p + 1] = h
         if p >= hi and h == phash[p + 1] and fresh[p + 1]:
             tmp_lpos[p + 1] = log[0]
-            return _add(run, pcost[n] - pcost[p + 1]), p + 1
+            return saturating_add(run, pcost[n] - pcost[p + 1]), p + 1
     tmp_lpos[n] = log[0]
     return run, n
 
@@ -648,7 +650,7 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
     phash[0] = state0[_META][2]
     # the first pass scores the order itself as a change of every position (stop = n)
     while True:
-        cur, stop = _score(work, log, order, 0, n, pcost, phash, fresh, _CAP, gstart, gmem, compose, join,
+        cur, stop = _score(work, log, order, 0, n, pcost, phash, fresh, CAP, gstart, gmem, compose, join,
                            cost, mark, pos, tmp_cost, tmp_hash, tmp_lpos)
         if cur != LOG_FULL:
             break
@@ -724,7 +726,7 @@ def anneal(state0, compose, join, cost, order, best_order, best, iters, t0, t1, 
                 lpos[q] = tmp_lpos[q]
                 fresh[q] = True
             for q in range(stop + 1, n + 1):  # the same states from here: costs shift by delta
-                pcost[q] = min(max(pcost[q] + delta, 0), _CAP)
+                pcost[q] = min(max(pcost[q] + delta, 0), CAP)
             cursor = stop
             cur = c
             if cur < best:
@@ -781,7 +783,7 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
         m = _eliminate_unit(scan, order[p], gstart, gmem, compose, join, cost, mark, pos, nolog)
         if m < 0:
             return OVERFLOW, np.int64(0), np.int64(first), np.int64(0)
-        pcost[p + 1] = _add(pcost[p], m)
+        pcost[p + 1] = saturating_add(pcost[p], m)
         phash[p + 1] = scan[_META][2]
     log = new_log(log_entries)
     moved = np.int64(0)
@@ -795,7 +797,7 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
             m, log = _unit_logged(work, order[q], gstart, gmem, compose, join, cost, mark, pos, log)
             if m < 0:
                 return OVERFLOW, moved, p, scored
-            run = _add(run, m)
+            run = saturating_add(run, m)
             if run >= best:  # every later target costs at least this much
                 break
             at = log[0]
@@ -803,7 +805,7 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
             scored += 1
             if m < 0:
                 return OVERFLOW, moved, p, scored
-            total = _add(_add(run, m), pcost[n] - pcost[q + 1])
+            total = saturating_add(saturating_add(run, m), pcost[n] - pcost[q + 1])
             if work[_META][2] == phash[q + 1] and total < best:
                 best, target = total, q
             undo(work, log, at)
@@ -821,12 +823,12 @@ def descend(state0, compose, join, cost, order, first, limit, gstart, gmem, log_
             m, log = _unit_logged(work, order[r], gstart, gmem, compose, join, cost, mark, pos, log)
             if m < 0:
                 return OVERFLOW, moved, p, scored
-            pcost[r + 1] = _add(pcost[r], m)
+            pcost[r + 1] = saturating_add(pcost[r], m)
             phash[r + 1] = work[_META][2]
         undo(work, log, 0)
         delta = pcost[target + 1] - old
         for r in range(target + 2, n + 1):
-            pcost[r] = min(max(pcost[r] + delta, 0), _CAP)
+            pcost[r] = min(max(pcost[r] + delta, 0), CAP)
         moved += 1
     return pcost[n], moved, np.int64(p), scored
 
@@ -925,7 +927,7 @@ def _dense_eliminate(E, compose, join, cost, v, preds, succs):
         for b in range(ns):
             k = succs[b]
             a_id = E[v, k]
-            total = _add(total, cost[a_id, b_id])
+            total = saturating_add(total, cost[a_id, b_id])
             E[i, k] = join[E[i, k], compose[a_id, b_id]]
     for a in range(np_):
         E[preds[a], v] = 0
@@ -945,7 +947,7 @@ def dense_order_cost(E0, compose, join, cost, order):
     succs = np.empty(n, np.int64)
     total = np.int64(0)
     for v in order:
-        total = _add(total, _dense_eliminate(E, compose, join, cost, v, preds, succs))
+        total = saturating_add(total, _dense_eliminate(E, compose, join, cost, v, preds, succs))
     return total
 
 
@@ -1179,7 +1181,7 @@ class Evaluator:
             if best_in == OVERFLOW:
                 return None
             cur, best, scored = anneal(start, self.compose, self.join, self.cost_table, order, best_order,
-                                       min(best_in, _CAP), int(moves), float(t0), float(max(t1, 1e-9)), int(seed),
+                                       min(best_in, CAP), int(moves), float(t0), float(max(t1, 1e-9)), int(seed),
                                        int(window), self._log_room(len(order)), self.tables.joins_commute,
                                        gstart, gmem)
             return None if cur == OVERFLOW else (int(cur), int(best), int(scored))

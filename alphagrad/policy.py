@@ -31,7 +31,7 @@ import math
 import numba
 import numpy as np
 
-from alphagrad.evaluator import _CAP, OVERFLOW, Evaluator, _add, copy_state, eliminate, vertex_cost
+from alphagrad.evaluator import CAP, OVERFLOW, Evaluator, copy_state, eliminate, saturating_add, vertex_cost
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
@@ -142,10 +142,10 @@ def _share(state, v, s, into, cost):
     total = np.int64(0)
     if into:
         for t in range(state[1][v]):
-            total = _add(total, cost[state[4][state[0][v] + t], s])
+            total = saturating_add(total, cost[state[4][state[0][v] + t], s])
     else:
         for t in range(state[7][v]):
-            total = _add(total, cost[s, _slot(state, v, t)[1]])
+            total = saturating_add(total, cost[s, _slot(state, v, t)[1]])
     return total
 
 
@@ -178,14 +178,14 @@ def _cost_after(state, v, u, before, compose, join, cost, mark, pos, stamp):
             old = _slot(state, v, pos[x])[1]
             gone += _share(state, v, old, into, cost)
             c = join[old, c]
-        added = _add(added, _share(state, v, c, into, cost))
-    if before < _CAP:  # what changes was counted in ``before``, exactly
-        return _add(before - gone, added)
+        added = saturating_add(added, _share(state, v, c, into, cost))
+    if before < CAP:  # what changes was counted in ``before``, exactly
+        return saturating_add(before - gone, added)
     total = added  # ``before`` saturated: add the edges on u's side that stay
     for t in range(state[7][v] if into else state[1][v]):
         x, s = _slot(state, v, t if into else -1 - t)
         if x != u and not (_adjacent(state, x, u) if into else _adjacent(state, u, x)):
-            total = _add(total, _share(state, v, s, into, cost))
+            total = saturating_add(total, _share(state, v, s, into, cost))
     return total
 
 
