@@ -52,8 +52,8 @@ def init_params(net: PolicyNet, key):
 
 def widen(params: dict, dim: int) -> dict:
     """``params`` of a model saved before its network read the last features of
-    :func:`alphagrad.policy.dynamic_features` (the lookahead, then the pressure: the
-    decoder's first layer has ``dim + NUM_DYNAMIC - k`` input rows) or of
+    :func:`alphagrad.policy.dynamic_features` (the lookahead, the pressure, then the
+    frontier: the decoder's first layer has ``dim + NUM_DYNAMIC - k`` input rows) or of
     :func:`alphagrad.policy.graph_inputs` (the forward and reverse costs: the encoder's
     first layer has ``MODES`` input rows), with zero rows for them: the policy and value
     are unchanged (and the rollout skips computing a feature of zero weight). Other params

@@ -43,26 +43,30 @@ MODES = NUM_STATIC - 2
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
-#: lookahead, pressure.
-NUM_RAW = 5
+#: lookahead, pressure, predecessors that are inputs, successors that are outputs.
+NUM_RAW = 7
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
-NUM_DYNAMIC = 7
+NUM_DYNAMIC = 9
 #: Columns of :func:`dynamic_features` that models saved before them lack (the lookahead,
-#: then the pressure): such a model is widened with zero weights on them.
-LOOKAHEAD, PRESSURE = NUM_DYNAMIC - 2, NUM_DYNAMIC - 1
+#: the pressure, then the two frontier shares): such a model is widened with zero weights
+#: on them.
+LOOKAHEAD, PRESSURE, FRONTIER = 5, 6, 7
 
 
 def dynamic_features(raw, scale, xp=np):
     """``[..., NUM_RAW]`` raw numbers of :func:`observe` -> ``[..., NUM_DYNAMIC]`` features:
     log1p of the cost relative to the graph's scale, of the degrees and of their product
-    (the most fill-in eliminating the vertex can make), whether it is free, and the signed
-    log1p of the lookahead and of the pressure relative to the scale. ``xp`` is
-    numpy or jax.numpy; :func:`rollout` computes the same in compiled code."""
+    (the most fill-in eliminating the vertex can make), whether it is free, the signed
+    log1p of the lookahead and of the pressure relative to the scale, and the frontier:
+    the share of its predecessors that are inputs and of its successors that are outputs
+    (1 on the vertex a forward, resp. reverse, sweep eliminates next). ``xp`` is numpy or
+    jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
-    c, i, o, d, q = raw[..., 0], raw[..., 1], raw[..., 2], raw[..., 3], raw[..., 4]
+    c, i, o, d, q, a, b = (raw[..., k] for k in range(NUM_RAW))
     s = xp.asarray(scale, xp.float32)[..., None]
     return xp.stack([xp.log1p(c / s), xp.log1p(i), xp.log1p(o), xp.log1p(i * o), (c == 0).astype(xp.float32),
-                     xp.sign(d) * xp.log1p(xp.abs(d) / s), xp.sign(q) * xp.log1p(xp.abs(q) / s)], -1)
+                     xp.sign(d) * xp.log1p(xp.abs(d) / s), xp.sign(q) * xp.log1p(xp.abs(q) / s),
+                     a / xp.maximum(i, 1), b / xp.maximum(o, 1)], -1)
 
 
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
@@ -242,19 +246,29 @@ def pressure(state, v, alive, compose, join, cost, mark, pos, nb):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, out):
     """Writes ``v``'s raw numbers of :func:`observe` into ``out`` (``[NUM_RAW]``),
-    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise)."""
+    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise). A
+    neighbour not in ``alive`` is an input or an output (an eliminated vertex has no
+    edges left)."""
     out[0] = vertex_cost(state, v, cost)
     out[1] = state[7][v]
     out[2] = state[1][v]
     out[3] = lookahead(state, v, alive, compose, join, cost, mark, pos, nb) if ahead else 0
     out[4] = pressure(state, v, alive, compose, join, cost, mark, pos, nb) if press else 0
+    inputs = 0
+    for a in range(state[7][v]):
+        inputs += not alive[state[9][state[6][v] + a]]
+    outputs = 0
+    for b in range(state[1][v]):
+        outputs += not alive[state[3][state[0][v] + b]]
+    out[5] = inputs
+    out[6] = outputs
 
 
 @numba.njit(cache=True, nogil=True)
 def observe(state, alive, compose, join, cost):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
-    :func:`lookahead`, :func:`pressure` ``)`` of each vertex in ``alive`` in ``state``
-    (zeros elsewhere)."""
+    :func:`lookahead`, :func:`pressure`, ``predecessors that are inputs, successors that
+    are outputs)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere)."""
     V = state[0].shape[0]
     raw = np.zeros((V, NUM_RAW), np.int64)
     mask = np.zeros(V, np.bool_)
@@ -277,7 +291,7 @@ def observe_along(state0, order, positions, compose, join, cost):
     n = order.shape[0]
     V = state0[0].shape[0]
     P = positions.shape[0]
-    raw = np.zeros((P, V, 5), np.int64)
+    raw = np.zeros((P, V, NUM_RAW), np.int64)
     steps = np.zeros(n + 1, np.int64)
     work = copy_state(state0)
     mark = np.zeros(V + 1, np.int64)
@@ -312,23 +326,24 @@ def _signed_log1p(x, inv_scale):
 
 
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def _logit(v, c, i, o, d, q, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
-    """The decoder's logit for vertex ``v`` with raw numbers ``(c, i, o, d, q)`` (as
-    :func:`observe` has them)."""
-    c = float(c)
+def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
+    """The decoder's logit for vertex ``v`` with raw numbers ``raw`` (as :func:`observe`
+    has them)."""
+    c, i, o = float(raw[0]), float(raw[1]), float(raw[2])
     if H1.shape[1] == 0:  # a network-free prior
         return static[v] - beta * c * inv_scale
-    i = float(i)
-    o = float(o)
     feats[0] = np.log1p(c * inv_scale)
     feats[1] = np.log1p(i)
     feats[2] = np.log1p(o)
     feats[3] = np.log1p(i * o)
     feats[4] = 1.0 if c == 0 else 0.0
     if feats.shape[0] > LOOKAHEAD:
-        feats[LOOKAHEAD] = _signed_log1p(d, inv_scale)
+        feats[LOOKAHEAD] = _signed_log1p(raw[3], inv_scale)
     if feats.shape[0] > PRESSURE:
-        feats[PRESSURE] = _signed_log1p(q, inv_scale)
+        feats[PRESSURE] = _signed_log1p(raw[4], inv_scale)
+    if feats.shape[0] > FRONTIER + 1:
+        feats[FRONTIER] = raw[5] / max(i, 1.0)
+        feats[FRONTIER + 1] = raw[6] / max(o, 1.0)
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -356,8 +371,7 @@ def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, lo
         same = same and last[v, f] == now[f]
         last[v, f] = now[f]
     if not same:
-        logits[v] = _logit(v, now[0], now[1], now[2], now[3], now[4], inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats,
-                           static, beta)
+        logits[v] = _logit(v, now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
 
 
 @numba.njit(cache=True, nogil=True)

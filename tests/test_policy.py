@@ -193,12 +193,12 @@ def test_a_model_saved_before_the_forward_and_reverse_costs_plays_as_it_did(para
     assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
 
 
-@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("random_2", 1), ("random_2", 2)])
-def test_a_model_saved_before_the_lookahead_or_pressure_plays_as_it_did(params, name, missing):
-    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the pressure
-    feature, or before the lookahead too) is widened with zero weights on them: the same
-    logits, hence the same orders, as the narrow decoder, whose rollout never computes
-    them."""
+@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 2), ("random_2", 2), ("random_2", 3), ("random_2", 4)])
+def test_a_model_saved_before_the_lookahead_pressure_or_frontier_plays_as_it_did(params, name, missing):
+    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the frontier
+    features, or before the pressure too, or the lookahead too) is widened with zero
+    weights on them: the same logits, hence the same orders, as the narrow decoder, whose
+    rollout never computes the lookahead or pressure it lacks."""
     from alphagrad.agent import widen
 
     dim = NET.config.dim
@@ -239,14 +239,16 @@ def test_player_on_a_graph_without_intermediates(params):
 
 
 def _direct_raw(ev, state, alive, V):
-    """(cost, predecessors, successors, lookahead, pressure) of each alive vertex, from
-    the evaluator's own vertex cost, the state's edge list, and eliminating it (for the
+    """(cost, predecessors, successors, lookahead, pressure, predecessors and successors
+    that are inputs or outputs) of each alive vertex, from the evaluator's own vertex
+    cost, the state's edge list, the graph's vertex kinds, and eliminating it (for the
     lookahead) or each of its alive neighbours (for the pressure) in a copy."""
     from alphagrad.evaluator import State, copy_state
 
     edges = state.edges()
     live = set(int(v) for v in alive)
-    raw = np.zeros((V, 5), np.int64)
+    kept = np.asarray(ev.graph.kinds) != INTERMEDIATE
+    raw = np.zeros((V, policy.NUM_RAW), np.int64)
 
     def after(u):
         s = State(copy_state(state.arrays))
@@ -260,7 +262,8 @@ def _direct_raw(ev, state, alive, V):
         lookahead = sum(ev.vertex_cost(after(v), u) for u in nb) - before
         pressure = sum(ev.vertex_cost(after(u), v) - ev.vertex_cost(state, v) for u in nb)
         raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
-                  sum(1 for (i, _) in edges if i == v), lookahead, pressure)
+                  sum(1 for (i, _) in edges if i == v), lookahead, pressure,
+                  sum(1 for (i, k) in edges if k == v and kept[i]), sum(1 for (i, k) in edges if i == v and kept[k]))
     return raw
 
 
@@ -331,15 +334,16 @@ def test_observe_is_exact_where_costs_saturate():
 
 
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
-    raw = np.asarray([[[0, 1, 2, 0, 4], [5, 3, 1, -3, 0], [1000, 7, 9, 90, -20]],
-                      [[2, 0, 0, 0, 0], [0, 0, 0, 0, 0], [3, 1, 1, 5, 7]]], np.int64)
+    raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0], [5, 3, 1, -3, 0, 0, 1], [1000, 7, 9, 90, -20, 2, 3]],
+                      [[2, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1]]], np.int64)
     scale = np.asarray([10.0, 100.0])
     a = policy.dynamic_features(raw, scale)
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
     assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
     np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
-                                         -np.log1p(2.0)], rtol=1e-6)
+                                         -np.log1p(2.0), 2 / 7, 3 / 9], rtol=1e-6)
+    assert list(a[0, 1, 7:]) == [0.0, 1.0] and list(a[1, 0, 7:]) == [0.0, 0.0]  # shares of inputs and outputs
     assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
     assert a[0, 0, 6] == pytest.approx(np.log1p(0.4)) and a[1, 2, 6] == pytest.approx(np.log1p(7 / 100))
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
