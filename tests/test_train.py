@@ -376,14 +376,26 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_export_names_every_label_set_and_says_where_a_manifest_is_missing(tmp_path):
+def test_export_card_says_what_the_run_trained_on_from_its_own_record(full_run, tmp_path):
+    """The card's data row comes from the run's data.json (label sets and what the trainer
+    took from them), not from whatever data this machine holds now; a run without one
+    names its datasets only."""
     from train import export
 
-    (tmp_path / "a" / "labels").mkdir(parents=True)
-    (tmp_path / "a" / "labels" / "labels.json").write_text(
-        json.dumps({"config": {"policy_sha256": "f" * 64}, "rows": {"train": 7}}))
-    text = export.label_sets(str(tmp_path / "a"), ["labels", "dagger"])
-    assert text == "labels: {'train': 7}, states of policy ffffffffffff; dagger: manifest not on the exporting machine"
+    workdir, _ = full_run
+    with open(os.path.join(workdir, "data.json")) as f:
+        record = json.load(f)
+    [labels] = record["label_sets"]
+    assert labels["name"] == "labels" and labels["rows"]["train"] > 0 and record["train_graphs"] > 0
+    config = json.load(open(os.path.join(workdir, "config.json")))
+    text = export.data_record(workdir, config)
+    assert f"{labels['path']}/labels: {labels['rows']}" in text and f"trained on {record['train_graphs']} graphs" in text
+    old = tmp_path / "old_run"
+    shutil.copytree(workdir, old)
+    os.remove(old / "data.json")
+    assert export.data_record(str(old), {"data": {"path": "data/a", "labels": ["labels", "d1"], "extra_paths": ["data/b"],
+                                                  "extra_labels": ["labels"]}}) == (
+        "data/a (labels, d1); data/b (labels) (rows not recorded: the run predates data.json)")
 
 
 def test_export_lineage_names_every_earlier_run_until_one_that_is_not_a_run(tmp_path):

@@ -50,20 +50,25 @@ def lineage(train_config: dict, limit: int = 32) -> str:
     return " <- ".join(parts) if parts else "none (random initialisation)"
 
 
-def label_sets(path: str, names: list[str]) -> str:
-    """Each label set's rows per split and the policy whose states it labels, from its
-    ``labels.json``; a set whose manifest is not on this machine says so."""
+def data_record(workdir: str, train_config: dict) -> str:
+    """What the run was trained on, from ``WORKDIR/data.json`` (written by the trainer
+    when it starts: each label set's rows and the policy whose states it labels); a run
+    without one names its datasets and label sets only (the data on this machine may be
+    another build's)."""
+    path = os.path.join(workdir, "data.json")
+    if not os.path.exists(path):
+        data = train_config["data"]
+        sets = [f"{data['path']} ({', '.join(data.get('labels', ['labels']))})"]
+        sets += [f"{p} ({', '.join(data.get('extra_labels', ['labels']))})" for p in data.get("extra_paths", [])]
+        return "; ".join(sets) + " (rows not recorded: the run predates data.json)"
+    with open(path) as f:
+        record = json.load(f)
     sets = []
-    for name in names:
-        manifest = os.path.join(path, name, "labels.json")
-        if not os.path.exists(manifest):
-            sets.append(f"{name}: manifest not on the exporting machine")
-            continue
-        with open(manifest) as f:
-            info = json.load(f)
-        policy = info.get("config", {}).get("policy_sha256")
-        sets.append(f"{name}: {info.get('rows', '?')}" + (f", states of policy {policy[:12]}" if policy else ""))
-    return "; ".join(sets)
+    for m in record["label_sets"]:
+        policy = m.get("config", {}).get("policy_sha256")
+        sets.append(f"{m['path']}/{m['name']}: {m.get('rows', '?')}" + (f", states of policy {policy[:12]}" if policy else ""))
+    return (f"{'; '.join(sets)}; trained on {record['train_graphs']} graphs ({record['labelled_states']} labelled "
+            f"states; left out: {record['left_out'] or 'none'}), validated on {record['validation_graphs']}")
 
 
 def export(workdir: str, out: str) -> list[str]:
@@ -76,11 +81,8 @@ def export(workdir: str, out: str) -> list[str]:
         rows = list(csv.DictReader(f))
     last = rows[-1]
     best_row = min((r for r in rows if r.get("val_ratio")), key=lambda r: float(r["val_ratio"]))
-    data = train_config["data"]
-    datasets = [(data["path"], data.get("labels", ["labels"]))]
-    datasets += [(p, data.get("extra_labels", ["labels"])) for p in data.get("extra_paths", [])]
     training = {
-        "data": "; ".join(f"{path} (labels {label_sets(path, names)})" for path, names in datasets),
+        "data": data_record(workdir, train_config),
         "started from": train_config.get("init_from") or "random initialisation",
         "earlier runs (latest first)": lineage(train_config),
         "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",

@@ -263,6 +263,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     samples = sum(len(r["positions"]) for r in train_data.rows)
     log.info("train graphs: %d (%d labelled states; left out: %s); validation graphs: %d; device: %s",
              len(train_data), samples, train_data.skipped or "none", len(val_data), jax.devices()[0].platform)
+    _record_data(workdir, config, len(train_data), samples, train_data.skipped, len(val_data))
     saved = os.path.join(workdir, "config.json")
     if resume and os.path.exists(saved):
         with open(saved) as f:
@@ -335,6 +336,22 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     metrics_out.close()
     manager.wait_until_finished()
     return {"step": step, "params": params, **last}
+
+
+def _record_data(workdir: str, config: TrainConfig, graphs: int, states: int, skipped: dict, validation: int):
+    """Writes ``WORKDIR/data.json``: each label set the run reads (its ``labels.json``:
+    rows per split and how it was made) and what the trainer took from them, so the
+    model card says what the model was trained on even where the data was later rebuilt."""
+    d = config.data
+    sets = [(d.path, name) for name in d.labels] + [(p, name) for p in d.extra_paths for name in d.extra_labels]
+    manifests = []
+    for path, name in sets:
+        with open(os.path.join(path, name, "labels.json")) as f:
+            manifests.append({"path": path, "name": name, **json.load(f)})
+    record = {"label_sets": manifests, "train_graphs": graphs, "labelled_states": states,
+              "left_out": dict(skipped), "validation_graphs": validation}
+    with open(os.path.join(workdir, "data.json"), "w") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
 
 
 def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
