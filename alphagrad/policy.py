@@ -43,7 +43,8 @@ MODES = NUM_STATIC - 2
 #: Per-edge features of :func:`graph_inputs`.
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
-#: lookahead, pressure, predecessors that are inputs, successors that are outputs.
+#: lookahead, pressure, predecessors and successors that are inputs or outputs (not to be
+#: eliminated).
 NUM_RAW = 7
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
 NUM_DYNAMIC = 9
@@ -58,8 +59,8 @@ def dynamic_features(raw, scale, xp=np):
     log1p of the cost relative to the graph's scale, of the degrees and of their product
     (the most fill-in eliminating the vertex can make), whether it is free, the signed
     log1p of the lookahead and of the pressure relative to the scale, and the frontier:
-    the share of its predecessors that are inputs and of its successors that are outputs
-    (1 on the vertex a forward, resp. reverse, sweep eliminates next). ``xp`` is numpy or
+    the share of its predecessors and of its successors that are inputs or outputs (1 on
+    the vertex a forward, resp. reverse, sweep eliminates next). ``xp`` is numpy or
     jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
     c, i, o, d, q, a, b = (raw[..., k] for k in range(NUM_RAW))
@@ -267,8 +268,8 @@ def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, out)
 @numba.njit(cache=True, nogil=True)
 def observe(state, alive, compose, join, cost):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
-    :func:`lookahead`, :func:`pressure`, ``predecessors that are inputs, successors that
-    are outputs)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere)."""
+    :func:`lookahead`, :func:`pressure`, ``predecessors and successors that are inputs or
+    outputs)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere)."""
     V = state[0].shape[0]
     raw = np.zeros((V, NUM_RAW), np.int64)
     mask = np.zeros(V, np.bool_)
