@@ -46,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--stepped-train", type=int, default=0,
                    help="stepped training graphs of --large-train-size: a small random program iterated like a "
                         "time-stepping loop, every other one summed into a scalar loss (default 0)")
+    b.add_argument("--shared-train", type=int, default=0,
+                   help="training graphs like --stepped-train's whose step carries its first input only and "
+                        "shares the others (weights) across steps, with wider values (default 0)")
     b.add_argument("--num-heldout", type=int, default=None,
                    help="random programs of the held-out distribution (default ceil(N/10))")
     b.add_argument("--validation-fraction", type=float, default=0.1)
@@ -91,6 +94,7 @@ def config_from_args(args) -> D.BuildConfig:
         n.strip() for n in args.zoo.split(",") if n.strip())
     kwargs = dict(seed=args.seed, num_random=args.num_random, num_heldout=args.num_heldout,
                   large=args.large, large_train=args.large_train, stepped_train=args.stepped_train,
+                  shared_train=args.shared_train,
                   validation_fraction=args.validation_fraction,
                   max_structures=args.max_structures, chunk_size=args.chunk_size, zoo=zoo,
                   train=dists["train"], heldout=dists["heldout"])

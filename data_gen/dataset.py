@@ -24,7 +24,7 @@ Rows (one per distinct graph; :func:`features` gives the exact types)::
 graph_hash          ``Graph.fingerprint`` (shapes, kinds, edges and their structures)
 family, name        where the graph comes from: ``random`` (training distribution),
                     ``random_heldout``, ``large_random``, ``large_zoo_chained``, ``large_train_random``,
-                    ``large_train_zoo_chained``, ``stepped_train_random`` or the zoo
+                    ``large_train_zoo_chained``, ``stepped_train_random``, ``shared_train_random`` or the zoo
                     family of an :mod:`alphagrad.examples` entry (``published``, ``large_real``, ...)
 source              ``random_program``, ``random_program_chained``, ``zoo`` or ``zoo_chained``
 seed                the program seed of a random program (null for zoo functions)
@@ -118,7 +118,8 @@ SPLITS = ("train", "validation", "heldout")
 
 #: Work groups, in the order their chunks are scheduled (slow ones first) and their
 #: divisor of the chunk size.
-GROUPS = {"large": 16, "large_train": 16, "stepped_train": 16, "heldout_random": 4, "zoo": 4, "random": 1}
+GROUPS = {"large": 16, "large_train": 16, "stepped_train": 16, "shared_train": 16, "heldout_random": 4, "zoo": 4,
+          "random": 1}
 
 #: Order in which rows are kept when deduplicating (first occurrence wins).
 DEDUP_PRIORITY = ("heldout", "validation", "train")
@@ -249,6 +250,10 @@ LARGE = SpecDistribution("large", num_ops=(1, 600), max_rank=(0, 2), max_dim=(1,
 #: program, iterated like the body of a time-stepping loop.
 STEP = SpecDistribution("step", num_ops=(10, 60), max_rank=(0, 2), max_dim=(1, 4))
 
+#: One step of a program with shared weights (:attr:`BuildConfig.shared_train`): at least
+#: two inputs (a state and weights) and wider values than :data:`STEP`'s.
+SHARED = SpecDistribution("shared", num_inputs=(2, 6), num_ops=(10, 60), max_rank=(1, 2), max_dim=(2, 8))
+
 
 # --------------------------------------------------------------------------------------
 # The build configuration.
@@ -274,6 +279,11 @@ class BuildConfig:
         and stacked layers are deep and their best orders sweep from one side (forward
         or reverse, where local greedy choices cost several times more); random programs
         are shallow.
+      shared_train: training graphs of ``large_train_size`` like ``stepped_train``'s, but
+        only the step's first input is the carried state: its other inputs reach every
+        step unchanged (the weights of a recurrent cell, a layer stack's shared
+        parameters, a solver's constants: inputs with many consumers across the depth),
+        and its values are wider (:data:`SHARED`).
       validation_fraction: share of training-distribution programs (and non-published zoo
         examples) that go to validation.
       max_structures: larger rule tables are reported as failures.
@@ -290,6 +300,7 @@ class BuildConfig:
     large_train: int = 0
     large_train_size: tuple = (300, 2000)
     stepped_train: int = 0
+    shared_train: int = 0
     validation_fraction: float = 0.1
     max_structures: int = DEFAULT_MAX_STRUCTURES
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -315,6 +326,7 @@ class BuildConfig:
         count("large", self.large)
         count("large_train", self.large_train)
         count("stepped_train", self.stepped_train)
+        count("shared_train", self.shared_train)
         lo, hi = _pair(self.large_train_size, "large_train_size")
         if not all(isinstance(v, (int, np.integer)) for v in (lo, hi)) or not 2 <= lo <= hi <= LARGE_TRAIN_SIZE_LIMIT:
             raise ValueError(f"large_train_size = {(lo, hi)!r} must be integers with 2 <= low <= high <= "
@@ -356,8 +368,10 @@ class BuildConfig:
             "validation_fraction": float(self.validation_fraction),
             "max_structures": int(self.max_structures),
             "large_size": list(self.large_size),
-            **({"large_train_size": list(self.large_train_size)} if self.large_train or self.stepped_train else {}),
+            **({"large_train_size": list(self.large_train_size)}
+               if self.large_train or self.stepped_train or self.shared_train else {}),
             **({"step_dist": STEP.to_dict()} if self.stepped_train else {}),
+            **({"shared_dist": SHARED.to_dict()} if self.shared_train else {}),
             "train": self.train.to_dict(),
             "heldout": self.heldout.to_dict(),
             "large_dist": self.large_dist.to_dict(),
@@ -368,7 +382,7 @@ class BuildConfig:
         d = self.identity()
         d.update(num_random=self.num_random, num_heldout=self.heldout_count, large=self.large,
                  large_train=self.large_train, stepped_train=self.stepped_train,
-                 chunk_size=self.chunk_size, zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
+                 shared_train=self.shared_train, chunk_size=self.chunk_size, zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
         return d
 
 
@@ -427,7 +441,7 @@ COLUMNS = tuple(features())  # noqa: E305 (the documented column order)
 COLUMN_DOCS = {
     "graph_hash": "`Graph.fingerprint`: hash of shapes, kinds, edges and edge structures",
     "family": "`random`, `random_heldout`, `large_random`, `large_zoo_chained`, `large_train_random`, "
-              "`large_train_zoo_chained`, `stepped_train_random`, or the zoo family",
+              "`large_train_zoo_chained`, `stepped_train_random`, `shared_train_random`, or the zoo family",
     "name": "program or example name (a chained example: `<name>_chain<copies>`)",
     "source": "`random_program`, `random_program_chained`, `zoo` or `zoo_chained`",
     "seed": "program seed of a random program (null for zoo functions)",
@@ -491,7 +505,8 @@ def row_to_graph(row: Mapping):
 # --------------------------------------------------------------------------------------
 # Work items: what each (group, index) builds.
 
-_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3, "large_train": 4, "stepped_train": 5}
+_GROUP_CODES = {"random": 1, "heldout_random": 2, "large": 3, "large_train": 4, "stepped_train": 5,
+                "shared_train": 6}
 
 
 def generate_program(spec: rp.ProgramSpec, seed: int):
@@ -643,6 +658,9 @@ def _sized(build, n0: int, target: int, lo: int, hi: int, what: str):
         got = len(graph.intermediates)
         if lo <= got <= hi:
             return graph
+        if got < copies:  # each copy that feeds the next adds an intermediate at least
+            raise _Failure("size", ValueError(f"{what}: {copies} copies make {got} intermediates (a copy "
+                                              f"does not reach the next)"))
         nxt = max(2, round(copies * target / max(got, 1)))
         if nxt in tried:
             nxt = copies + (1 if got < lo else -1)
@@ -653,31 +671,37 @@ def _sized(build, n0: int, target: int, lo: int, hi: int, what: str):
         f"{what} gives no graph of {(lo, hi)} intermediates (last: {copies} copies, {got})"))
 
 
-def _stepped_item(config: BuildConfig, index: int):
+def _stepped_item(config: BuildConfig, index: int, group: str = "stepped_train"):
     """(meta, graph) of stepped training item ``index``: a program from :data:`STEP`
     iterated (:func:`chain`) to ``large_train_size`` intermediates; odd indices return the
-    sum of squares of the last step's outputs (one scalar: the reverse-mode regime)."""
+    sum of squares of the last step's outputs (one scalar: the reverse-mode regime).
+    ``group`` ``shared_train``: a program from :data:`SHARED` whose first input alone is
+    carried from step to step (the others are shared by every step)."""
     import jax
     import jax.numpy as jnp
 
     lo, hi = config.large_train_size
-    rng = _rng(config, "stepped_train", index)
+    shared = group == "shared_train"
+    rng = _rng(config, group, index)
     target = int(rng.integers(lo, hi + 1))
-    spec = STEP.draw(rng)
+    spec = (SHARED if shared else STEP).draw(rng)
     seed = _program_seed(rng)
     loss = index % 2 == 1
-    name = f"stepped_train_{index:05d}"
-    meta = dict(split="train", family="stepped_train_random", name=name, source="random_program_chained",
-                seed=seed, params={**rp.describe(spec, seed), "copies": None, "loss": loss})
+    name = f"{group}_{index:05d}"
+    meta = dict(split="train", family=f"{group}_random", name=name, source="random_program_chained",
+                seed=seed, params={**rp.describe(spec, seed), "copies": None, "loss": loss,
+                                   **({"carry": 1} if shared else {})})
 
     def iterated(fn, copies):
-        chained = chain(fn, copies)
+        chained = chain(fn, copies, carry=1 if shared else None)
         if not loss:
             return chained
         return lambda *a: sum(jnp.sum(jnp.square(o)) for o in jax.tree_util.tree_leaves(chained(*a)))
 
     def make():
         fn, args = _stage("generate", generate_program, spec, seed)
+        if shared:
+            fn, args = _state_first(fn, args)
         n0 = max(len(_stage("trace", _trace, fn, args).intermediates), 1)
 
         def build(copies):
@@ -687,6 +711,26 @@ def _stepped_item(config: BuildConfig, index: int):
         return _sized(build, n0, target, lo, hi, f"iterating a program of {n0} intermediates")
 
     return meta, make
+
+
+def _state_first(fn, args):
+    """``fn`` and ``args`` with the argument to carry from step to step moved first: one
+    the outputs depend on, of an output's shape if there is one (a state), so that the
+    steps chain."""
+    graph = _stage("trace", _trace, fn, args)
+    used = {e.src for e in graph.edges}
+    live = [k for k, v in enumerate(graph.inputs) if v in used]
+    shapes = {graph.shapes[v] for v in graph.outputs}
+    first = next((k for k in live if tuple(np.shape(args[k])) in shapes), live[0] if live else 0)
+    order = [first] + [k for k in range(len(args)) if k != first]
+
+    def moved(*a):
+        full = [None] * len(a)
+        for at, k in enumerate(order):
+            full[k] = a[at]
+        return fn(*full)
+
+    return moved, tuple(args[k] for k in order)
 
 
 _BASE_GRAPHS: dict = {}
@@ -720,8 +764,8 @@ def _item(config: BuildConfig, group: str, index, zoo: list):
         return _large_item(config, index, zoo)
     if group == "large_train":  # never a chain of a held-out zoo family's function
         return _large_item(config, index, [e for e in zoo if e.family not in HELDOUT_ZOO_FAMILIES], group)
-    if group == "stepped_train":
-        return _stepped_item(config, index)
+    if group in ("stepped_train", "shared_train"):
+        return _stepped_item(config, index, group)
     ex = next(e for e in zoo if e.name == index)
     return _zoo_item(config, ex)
 
@@ -787,6 +831,7 @@ def plan_chunks(config: BuildConfig, zoo: list) -> list[Chunk]:
         "large": list(range(config.large)),
         "large_train": list(range(config.large_train)),
         "stepped_train": list(range(config.stepped_train)),
+        "shared_train": list(range(config.shared_train)),
         "zoo": [e.name for e in zoo],
     }
     ident = hashlib.sha256(json.dumps(config.identity(), sort_keys=True).encode()).hexdigest()[:12]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -334,6 +335,25 @@ def test_chain_feeds_outputs_back():
     assert np.all(np.isfinite(np.asarray(chain(ex.fn, 3)(*ex.args))))
 
 
+def test_chain_with_carry_feeds_back_the_state_and_shares_the_rest():
+    """``carry=1``: the first argument is the state, the second reaches every copy as it
+    is (a weight), so it is an input with an edge into each copy."""
+    import jax.numpy as jnp
+
+    def step(x, w):
+        return jnp.tanh(w @ x)
+
+    x, w = jnp.ones(3), jnp.eye(3) * 0.5
+    got = chain(step, 4, carry=1)(x, w)
+    want = x
+    for _ in range(3):
+        want = want + 0.1 * jnp.tanh(step(want, w))
+    np.testing.assert_allclose(got, step(want, w), rtol=1e-6)
+    graph = alphagrad.trace(chain(step, 4, carry=1), x, w)
+    weight = graph.inputs[1]
+    assert sum(e.src == weight for e in graph.edges) == 4  # one use per copy, no update of w
+
+
 def test_stepped_training_graphs_iterate_a_program_and_every_other_is_a_scalar_loss(tmp_path):
     """Stepped graphs (deep, like time-stepping solvers) go to train, reach the size asked
     for, are built again from their seeds alone, and odd ones return one scalar; the
@@ -355,3 +375,25 @@ def test_stepped_training_graphs_iterate_a_program_and_every_other_is_a_scalar_l
     without = dataclasses.replace(config, stepped_train=0)
     assert "step_dist" in config.identity() and "large_train_size" in config.identity()
     assert "step_dist" not in without.identity() and "large_train_size" not in without.identity()
+
+
+def test_shared_training_graphs_carry_one_state_and_share_the_other_inputs(tmp_path):
+    """Shared-weight graphs go to train at the size asked for, rebuilt from their seeds
+    alone: only one input is carried, so some input feeds several steps; a build without
+    them keeps its identity."""
+    config = _tiny_config(num_random=1, num_heldout=1, large=0, zoo="none", shared_train=4,
+                          large_train_size=(60, 120))
+    D.build(str(tmp_path), config, progress=False, quiet=True)
+    rows = [r for r in _rows(datasets.load_from_disk(str(tmp_path))) if r["family"] == "shared_train_random"]
+    assert rows and all(r["name"].startswith("shared_train_") for r in rows)
+    for r in rows:
+        params = json.loads(r["params"])
+        assert r["split"] == "train" and params["carry"] == 1 and params["copies"] >= 2
+        assert 60 <= r["num_intermediates"] <= 120
+        graph = D.row_to_graph(r)
+        uses = collections.Counter(e.src for e in graph.edges if e.src in graph.inputs)
+        assert max(uses.values()) >= params["copies"]  # a shared input reaches every copy
+        row, failure = D.compute_item(config, "shared_train", int(r["name"][-1]))
+        assert failure is None and row["graph_hash"] == r["graph_hash"]
+    without = dataclasses.replace(config, shared_train=0)
+    assert "shared_dist" in config.identity() and "shared_dist" not in without.identity()

@@ -46,12 +46,15 @@ def get(name: str) -> Example:
     return examples[name]
 
 
-def chain(fn: Callable, copies: int) -> Callable:
+def chain(fn: Callable, copies: int, carry: int | None = None) -> Callable:
     """``fn`` iterated ``copies`` times (a graph ``copies`` times larger with the same
     local structure, e.g. ``trace(chain(get("RoeFlux_3d").fn, 3), *args)``: 459
     intermediates): each float argument of the next copy is the previous
     argument plus 0.1 * tanh of an output of the same shape (round robin), or of the sum of
-    the outputs' means where no output has its shape. The last copy's outputs are returned."""
+    the outputs' means where no output has its shape. The last copy's outputs are returned.
+    With ``carry``, only the first ``carry`` float arguments are fed back this way; the
+    others reach every copy unchanged, as the weights of a recurrent cell or the
+    parameters of a time-stepping solver do."""
     import jax
     import jax.numpy as jnp
 
@@ -68,11 +71,12 @@ def chain(fn: Callable, copies: int) -> Callable:
             if not outs:
                 raise ValueError("the function has no float output to feed back")
             total = sum(jnp.mean(o) for o in outs)
-            new = []
+            new, floats = [], 0
             for j, x in enumerate(leaves):
-                if not is_float(x):
+                if not is_float(x) or (carry is not None and floats >= carry):
                     new.append(x)
                     continue
+                floats += 1
                 same = [o for o in outs if jnp.shape(o) == jnp.shape(x)]
                 feed = same[j % len(same)] if same else total
                 new.append(x + (0.1 * jnp.tanh(feed)).astype(jnp.result_type(x)))
