@@ -413,3 +413,45 @@ def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, 
     assert "| geometric mean |" in _read(os.path.join(out, "report.md"))
     with pytest.raises(SystemExit):
         BS.main(["--model", model, "--data", data, "--budgets", "0,1", "--out", out])
+
+
+def test_bench_plateau_anneals_from_each_start_and_windows_never_cost_more(data, model, tmp_path):
+    from eval import bench_plateau as BP
+
+    out = str(tmp_path / "plateau")
+    assert BP.main(["--model", model, "--data", data, "--budget", "0.1", "--samples", "1", "--window", "6",
+                    "--out", out]) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    assert report["rows"]
+    for r in report["rows"]:
+        assert list(r["annealed"]) == ["forward", "reverse", "markowitz", "network greedy", "network sample 0"]
+        assert r["windows"] <= r["anneal"] <= 1.0
+        assert r["spread"] == pytest.approx(max(r["annealed"].values()) / min(r["annealed"].values()), abs=1e-3)
+    assert "| geometric mean |" in _read(os.path.join(out, "report.md"))
+    with pytest.raises(SystemExit):
+        BP.main(["--model", model, "--data", data, "--window", "30", "--out", out])
+
+
+def test_exact_windows_reach_the_optimum_when_one_window_holds_the_graph():
+    """One window over the whole order is the exact search: the optimum's cost from any
+    start; windows over part of it never cost more than the order they started from."""
+    import jax.numpy as jnp
+
+    from alphagrad import baselines
+    from alphagrad.evaluator import Evaluator
+    from eval.bench_plateau import exact_windows
+
+    def f(x, w):
+        h = jnp.tanh(w @ x)
+        g = jnp.sin(h) * jnp.exp(x)
+        return jnp.sum(g * h), jnp.cos(w @ g)
+
+    graph = alphagrad.trace(f, jnp.ones(3), jnp.eye(3))
+    n = len(graph.intermediates)
+    assert 5 <= n <= 12
+    ev = Evaluator(graph, "exact")
+    best = ev.optimal()[1]
+    for start in (baselines.forward(graph), baselines.reverse(graph)):
+        got = exact_windows(ev, start, n)
+        assert sorted(got) == sorted(start) and ev.cost(got) == best
+        assert ev.cost(exact_windows(ev, start, 3)) <= ev.cost(start)
