@@ -382,7 +382,8 @@ class BuildConfig:
         d = self.identity()
         d.update(num_random=self.num_random, num_heldout=self.heldout_count, large=self.large,
                  large_train=self.large_train, stepped_train=self.stepped_train,
-                 shared_train=self.shared_train, chunk_size=self.chunk_size, zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
+                 shared_train=self.shared_train, chunk_size=self.chunk_size,
+                 zoo=self.zoo if isinstance(self.zoo, str) else list(self.zoo))
         return d
 
 
