@@ -22,16 +22,12 @@ Prints and writes ``OUT/report.md`` (and ``report.json``).
 from __future__ import annotations
 
 import argparse
-import collections
-import json
-import os
-import platform
 import sys
 import time
 
 import numpy as np
 
-FAMILIES = ("large_random", "large_zoo_chained", "large_real")
+from eval.bench_schedule import add_graph_arguments, large_rows, write_report
 
 
 def _solve_window(ev, order, lo: int, window: int):
@@ -73,19 +69,14 @@ def exact_windows(ev, order, window: int, passes: int = 2) -> list[int]:
 
 def run(model: str, data: str, split: str, per_family: int, budget: float, samples: int, window: int,
         seed: int) -> dict:
-    import datasets as hf
-
     import alphagrad
     from alphagrad import baselines
     from alphagrad.evaluator import Evaluator
     from data_gen.dataset import row_to_graph
 
     agent = alphagrad.from_pretrained(model)
-    count, rows = collections.Counter(), []
-    for row in hf.load_from_disk(data)[split]:
-        if row["family"] not in FAMILIES or count[row["family"]] >= per_family:
-            continue
-        count[row["family"]] += 1
+    rows = []
+    for row in large_rows(data, split, per_family):
         graph, scale = row_to_graph(row), max(row["best_baseline"], 1)
         ev = Evaluator(graph, "exact")
         player = agent.player(graph, scale, ev)
@@ -135,10 +126,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.bench_plateau", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="alphagrad/pretrained")
-    p.add_argument("--data", default="data/heldout")
-    p.add_argument("--split", default="heldout")
-    p.add_argument("--per-family", type=int, default=4)
+    add_graph_arguments(p, "data/heldout")
     p.add_argument("--budget", type=float, default=3.0, help="seconds of annealing per run (default 3)")
     p.add_argument("--samples", type=int, default=3, help="sampled network orders as starts (default 3)")
     p.add_argument("--window", type=int, default=10, help="positions per exactly re-ordered window (default 10)")
@@ -153,20 +141,10 @@ def main(argv=None) -> int:
         p.error(f"--samples {args.samples!r} must be >= 0")
     report = run(args.model, args.data, args.split, args.per_family, args.budget, args.samples, args.window,
                  args.seed)
-    if not report["rows"]:
-        p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
-    report["command"] = "python -m eval.bench_plateau " + " ".join(argv if argv is not None else sys.argv[1:])
-    report["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump(report, f, indent=1)
-    table = markdown(report)
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(f"# Where annealing stops\n\n`{report['command']}` ({report['machine']}): cost / best baseline "
-                f"after {args.budget:g} s of annealing from each start (the start's own in brackets), the "
-                f"spread (dearest / cheapest), and annealing on every core followed by exact windows of "
-                f"{args.window} positions\n\n{table}\n")
-    print(table)
+    write_report(p, args, argv, report, markdown, "Where annealing stops",
+                 f"cost / best baseline after {args.budget:g} s of annealing from each start (the start's own "
+                 f"in brackets), the spread (dearest / cheapest), and annealing on every core followed by exact "
+                 f"windows of {args.window} positions")
     return 0
 
 

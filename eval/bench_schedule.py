@@ -22,9 +22,26 @@ import numpy as np
 FAMILIES = ("large_random", "large_zoo_chained", "large_real")
 
 
-def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, openings) -> dict:
+def large_rows(data: str, split: str, per_family: int):
+    """The first ``per_family`` rows of each family of :data:`FAMILIES` in ``data:split``."""
     import datasets as hf
 
+    count = collections.Counter()
+    for row in hf.load_from_disk(data)[split]:
+        if row["family"] in FAMILIES and count[row["family"]] < per_family:
+            count[row["family"]] += 1
+            yield row
+
+
+def add_graph_arguments(p: argparse.ArgumentParser, data: str) -> None:
+    """The model and graph selection flags the large-graph benchmarks share."""
+    p.add_argument("--model", default="alphagrad/pretrained")
+    p.add_argument("--data", default=data)
+    p.add_argument("--split", default="heldout")
+    p.add_argument("--per-family", type=int, default=4)
+
+
+def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, openings) -> dict:
     import alphagrad
     from alphagrad import baselines
     from alphagrad.inference import InferenceSettings, find_order
@@ -34,11 +51,8 @@ def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, 
     agent = alphagrad.from_pretrained(model)
     players = {"network": agent.player,
                "markowitz-prior": lambda g, s, ev, encode=True: ControlPlayer("markowitz", g, s, ev, seed=seed)}
-    count, rows = collections.Counter(), []
-    for row in hf.load_from_disk(data)[split]:
-        if row["family"] not in FAMILIES or count[row["family"]] >= per_family:
-            continue
-        count[row["family"]] += 1
+    rows = []
+    for row in large_rows(data, split, per_family):
         graph, scale = row_to_graph(row), max(row["best_baseline"], 1)
         ratios = {}
         for name, make in players.items():
@@ -76,10 +90,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.bench_schedule", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="alphagrad/pretrained")
-    p.add_argument("--data", default="data/train")
-    p.add_argument("--split", default="heldout")
-    p.add_argument("--per-family", type=int, default=4)
+    add_graph_arguments(p, "data/train")
     p.add_argument("--budgets", default="1,5", help="comma-separated seconds (default 1,5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="eval/results/schedule")
@@ -91,19 +102,26 @@ def main(argv=None) -> int:
     if not budgets or not all(0 < b < float("inf") for b in budgets):
         p.error(f"--budgets {args.budgets!r}: every budget must be a finite number of seconds > 0")
     report = run(args.model, args.data, args.split, args.per_family, budgets, args.seed, (0.0, 0.5))
+    write_report(p, args, argv, report, markdown, "The schedule's opening stage",
+                 f"cost / best baseline at {args.budgets} s, seed {args.seed}")
+    return 0
+
+
+def write_report(p, args, argv, report: dict, markdown, title: str, what: str) -> None:
+    """Writes ``report`` (with the command that made it and the machine) to
+    ``args.out/report.json`` and its ``markdown`` table under ``title`` to ``report.md``,
+    and prints the table; no rows is a usage error."""
     if not report["rows"]:
         p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
-    report["command"] = "python -m eval.bench_schedule " + " ".join(argv if argv is not None else sys.argv[1:])
+    report["command"] = f"python -m {p.prog.split()[-1]} " + " ".join(argv if argv is not None else sys.argv[1:])
     report["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     table = markdown(report)
     with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(f"# The schedule's opening stage\n\n`{report['command']}` ({report['machine']}): cost / best "
-                f"baseline at {args.budgets} s, seed {args.seed}\n\n{table}\n")
+        f.write(f"# {title}\n\n`{report['command']}` ({report['machine']}): {what}\n\n{table}\n")
     print(table)
-    return 0
 
 
 if __name__ == "__main__":
