@@ -47,8 +47,8 @@ def parser() -> argparse.ArgumentParser:
                    help="stepped training graphs of --large-train-size: a small random program iterated like a "
                         "time-stepping loop, every other one summed into a scalar loss (default 0)")
     b.add_argument("--shared-train", type=int, default=0,
-                   help="training graphs like --stepped-train's whose step carries its first input only and "
-                        "shares the others (weights) across steps, with wider values (default 0)")
+                   help="training graphs like --stepped-train's whose step carries one input and shares the "
+                        "others (weights) across steps, with wider values (default 0)")
     b.add_argument("--num-heldout", type=int, default=None,
                    help="random programs of the held-out distribution (default ceil(N/10))")
     b.add_argument("--validation-fraction", type=float, default=0.1)

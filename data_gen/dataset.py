@@ -280,8 +280,8 @@ class BuildConfig:
         or reverse, where local greedy choices cost several times more); random programs
         are shallow.
       shared_train: training graphs of ``large_train_size`` like ``stepped_train``'s, but
-        only the step's first input is the carried state: its other inputs reach every
-        step unchanged (the weights of a recurrent cell, a layer stack's shared
+        one input of the step is the carried state (one the outputs depend on, of an
+        output's shape when there is one): its other inputs reach every step unchanged (the weights of a recurrent cell, a layer stack's shared
         parameters, a solver's constants: inputs with many consumers across the depth),
         and its values are wider (:data:`SHARED`).
       validation_fraction: share of training-distribution programs (and non-published zoo
@@ -676,8 +676,9 @@ def _stepped_item(config: BuildConfig, index: int, group: str = "stepped_train")
     """(meta, graph) of stepped training item ``index``: a program from :data:`STEP`
     iterated (:func:`chain`) to ``large_train_size`` intermediates; odd indices return the
     sum of squares of the last step's outputs (one scalar: the reverse-mode regime).
-    ``group`` ``shared_train``: a program from :data:`SHARED` whose first input alone is
-    carried from step to step (the others are shared by every step)."""
+    ``group`` ``shared_train``: a program from :data:`SHARED` of which one input (moved
+    first, :func:`_state_first`) is carried from step to step and the others are shared
+    by every step."""
     import jax
     import jax.numpy as jnp
 
