@@ -113,7 +113,7 @@ def write_report(p, args, argv, report: dict, markdown, title: str, what: str) -
     and prints the table; no rows is a usage error."""
     if not report["rows"]:
         p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
-    report["command"] = f"python -m {p.prog.split()[-1]} " + " ".join(argv if argv is not None else sys.argv[1:])
+    report["command"] = f"{p.prog} " + " ".join(argv if argv is not None else sys.argv[1:])
     report["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
