@@ -702,9 +702,10 @@ def _stepped_item(config: BuildConfig, index: int, group: str = "stepped_train")
 
     def make():
         fn, args = _stage("generate", generate_program, spec, seed)
+        step = _stage("trace", _trace, fn, args)
         if shared:
-            fn, args = _state_first(fn, args)
-        n0 = max(len(_stage("trace", _trace, fn, args).intermediates), 1)
+            fn, args = _state_first(fn, args, step)
+        n0 = max(len(step.intermediates), 1)  # the same with the arguments reordered
 
         def build(copies):
             meta["params"]["copies"] = copies
@@ -715,11 +716,10 @@ def _stepped_item(config: BuildConfig, index: int, group: str = "stepped_train")
     return meta, make
 
 
-def _state_first(fn, args):
-    """``fn`` and ``args`` with the argument to carry from step to step moved first: one
-    the outputs depend on, of an output's shape if there is one (a state), so that the
-    steps chain."""
-    graph = _stage("trace", _trace, fn, args)
+def _state_first(fn, args, graph):
+    """``fn`` and ``args`` (``graph``: their trace) with the argument to carry from step
+    to step moved first: one the outputs depend on, of an output's shape if there is one
+    (a state), so that the steps chain."""
     used = {e.src for e in graph.edges}
     live = [k for k, v in enumerate(graph.inputs) if v in used]
     shapes = {graph.shapes[v] for v in graph.outputs}
