@@ -76,6 +76,10 @@ def parser() -> argparse.ArgumentParser:
                      help="a model directory (e.g. alphagrad/pretrained): label the states its greedy policy reaches "
                           "(a DAgger round; train split only)")
     lab.add_argument("--name", default="labels", help="directory under --data to write (default labels)")
+    lab.add_argument("--screen", type=int, default=8,
+                     help="with --policy: also anneal the rest of each order from forward and from reverse for "
+                          "1/SCREEN of the moves, and go on from the cheaper if it beats the policy's rest "
+                          "(default 8; 0: the policy's rest alone)")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -134,8 +138,10 @@ def main(argv=None) -> int:
 
         if args.num_proc < 1:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
+        if args.screen < 0:
+            p.error(f"--screen = {args.screen} must be >= 0 (0: no screening)")
         try:
-            rows = labels.build_labels(args.data, num_proc=args.num_proc, progress=not args.no_progress,
+            rows = labels.build_labels(args.data, labels.LabelConfig(screen=args.screen), num_proc=args.num_proc, progress=not args.no_progress,
                                        limit=args.limit, validation_limit=args.validation_limit,
                                        policy=args.policy, name=args.name)
         except (FileNotFoundError, ValueError) as e:

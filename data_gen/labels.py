@@ -63,6 +63,10 @@ class LabelConfig:
       horizon: candidate moves per position (the next ``horizon`` vertices of the order).
       regret_cap: a move's regret is measured up to this multiple of the order's cost
         (scoring a worse move stops there; it is recorded as the cap).
+      screen: labels of a policy's states (DAgger) also anneal the rest of the order from
+        forward and from reverse for ``1 / screen`` of the moves each, and go on from the
+        cheaper if it beats the policy's own rest (:func:`complete`); 0: the policy's rest
+        alone.
       chunk_size: graphs per saved chunk.
     """
 
@@ -72,11 +76,15 @@ class LabelConfig:
     positions: int = 64
     horizon: int = 256
     regret_cap: float = 3.0
+    screen: int = 8
     chunk_size: int = 64
 
-    def identity(self) -> dict:
+    def identity(self, policy: bool = False) -> dict:
+        """What the labels depend on (``policy``: of a policy's states, which screen)."""
         d = dataclasses.asdict(self)
         d.pop("chunk_size")
+        if not policy:
+            d.pop("screen")
         return {"label_schema_version": LABEL_SCHEMA_VERSION, **d}
 
 
@@ -132,11 +140,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
         split = min(int(n * (1 - (1 - u) ** 2)), max(n - 2, 0))
         rest = n - split
         moves = int(np.clip(config.moves_per_vertex * rest, config.min_moves, config.max_moves))
-        suffix = played[split:].copy()
-        best = suffix.copy()
-        if rest >= 2:
-            ev.anneal(suffix, best, moves, *baselines.temperatures(ev.cost(played), n, moves), seed, prefix=played[:split])
-        order = np.concatenate([played[:split], best])
+        order = complete(ev, played, split, moves, seed, config.screen)
     pos = split + positions(n - split, config.positions)
     if player is not None:  # the state the policy reached is labelled first
         pos = np.unique(np.concatenate([[split], pos[:config.positions - 1]]))
@@ -155,6 +159,39 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": cost,
             "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
             "regrets": regrets, "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: int = 8) -> np.ndarray:
+    """``played`` with its first ``split`` vertices kept and the rest re-ordered by
+    ``moves`` annealing moves from the policy's own rest. With ``screen`` > 0, the rest in
+    forward and in reverse order are also annealed, ``moves // screen`` moves each, and
+    if one ends cheaper than the policy's, ``moves`` more go on from it: from the
+    policy's rest alone, annealing stays in the basin the policy chose (on a graph a
+    sweep wins, the policy's cheap-now interior moves), and the labels would then teach
+    the policy its own mistakes. Never dearer than with ``screen`` 0."""
+    from alphagrad import baselines
+
+    n = len(played)
+    prefix, rest = played[:split], played[split:]
+    if n - split < 2:
+        return played.copy()
+
+    def run(order, count, k):
+        kept = order.copy()
+        temps = baselines.temperatures(ev.cost(np.concatenate([prefix, order])), n, count)
+        ev.anneal(order, kept, count, *temps, seed + k, prefix=prefix)
+        return np.concatenate([prefix, kept])
+
+    best = run(rest.copy(), moves, 0)
+    if screen:
+        rank = np.empty(ev.graph.num_vertices, np.int64)
+        rank[np.asarray(ev.graph.intermediates, np.int64)] = np.arange(n)
+        fwd = rest[np.argsort(rank[rest], kind="stable")]
+        screened = min((run(o.copy(), max(1, moves // screen), k + 1) for k, o in enumerate((fwd, fwd[::-1]))),
+                       key=ev.cost)
+        if ev.cost(screened) < ev.cost(best):
+            best = min(screened, run(screened[split:].copy(), moves, 3), key=ev.cost)
+    return best
 
 
 def _chunk_path(out: str, split: str, number: int) -> str:
@@ -246,7 +283,7 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
-    identity = config.identity()
+    identity = config.identity(policy is not None)
     if policy is not None:
         identity["policy_sha256"] = policy_digest(policy)
         validation_limit = 0

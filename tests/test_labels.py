@@ -158,6 +158,48 @@ def test_label_row_targets_are_the_best_moves_and_the_cost_to_go(graph, annealed
     assert {k: v for k, v in again.items() if k != "seconds"} == {k: v for k, v in row.items() if k != "seconds"}
 
 
+def _vector_to_scalar():
+    """Dense layers of a vector summed to a scalar: reverse is far cheaper than forward,
+    and a few annealing moves from forward cannot reach it."""
+    import jax.numpy as jnp
+
+    w = jnp.linspace(-1.0, 1.0, 64).reshape(8, 8)
+
+    def f(x):
+        for _ in range(8):
+            x = jnp.sin(w @ x)
+        return jnp.sum(x)
+    return ag.trace(f, jnp.ones(8))
+
+
+@pytest.mark.parametrize("graph", [
+    pytest.param(_vector_to_scalar, id="vector_to_scalar"),
+    pytest.param(lambda: _program(5, 60), id="random_program"),
+    pytest.param(lambda: _zoo("RoeFlux_1d"), id="RoeFlux_1d"),
+])
+@pytest.mark.parametrize("split_share", [0.0, 0.4])
+def test_completing_a_policys_order_keeps_its_prefix_and_escapes_its_basin(graph, split_share):
+    """DAgger completes the policy's order after its prefix by annealing: from the policy's
+    rest alone it stays in the policy's basin; screening the rest in forward and reverse
+    order too ends no dearer than any of the three starts (and than screen 0)."""
+    g = graph()
+    ev = Evaluator(g)
+    inter = np.asarray(g.intermediates, np.int64)
+    played = inter.copy()  # the policy: forward
+    split = int(split_share * len(inter))
+    prefix, rest = played[:split], played[split:]
+    plain = L.complete(ev, played, split, 40, seed=3, screen=0)
+    screened = L.complete(ev, played, split, 40, seed=3, screen=8)
+    for order in (plain, screened):
+        assert order[:split].tolist() == prefix.tolist() and sorted(order.tolist()) == sorted(inter.tolist())
+    assert ev.cost(plain) <= ev.cost(played)
+    starts = [played, np.concatenate([prefix, rest[::-1]])]
+    assert ev.cost(screened) <= min(ev.cost(plain), *map(ev.cost, starts))
+    if graph is _vector_to_scalar:  # forward's basin is far from reverse's
+        assert ev.cost(screened) <= ev.cost(starts[1]) < ev.cost(plain)
+    assert L.complete(ev, played, split, 40, seed=3, screen=8).tolist() == screened.tolist()  # deterministic
+
+
 # ----------------------------------------------------------------------------------
 # build_labels / load_labels on a tiny dataset
 

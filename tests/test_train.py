@@ -597,6 +597,7 @@ def test_a_dagger_round_labels_the_policys_own_states_and_trains_beside_the_firs
     assert rows == {"train": len(dd["train"]), "validation": 0}
     manifest = json.load(open(os.path.join(copy, "dagger-1", "labels.json")))
     assert manifest["config"]["policy_sha256"] == L.policy_digest(model)
+    assert manifest["config"]["screen"] == LABELS.screen  # how the rest was completed
     lab = L.load_labels(copy, "dagger-1")
     agent = alphagrad.from_pretrained(model)
     splits = set()
