@@ -14,7 +14,10 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   it and costs most there). Both are read off the edges around the vertex, by the
   evaluator's compose/join rules, without eliminating anything. Eliminating a vertex
   changes these only within two hops of it, so a move costs the decoder a few vertices,
-  not the graph.
+  not the graph. Beside them, whether the last move touched the vertex (it was the
+  eliminated vertex's neighbour): where a sweep has one good move, it is next to the
+  last one far more often than chance, and nothing else in these numbers tells it
+  apart from a vertex of the same local shape elsewhere.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
 once, each move re-scores only the vertices within two hops of the eliminated one (its
@@ -44,14 +47,14 @@ MODES = NUM_STATIC - 2
 NUM_EDGE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
 #: lookahead, pressure, predecessors and successors that are inputs or outputs (not to be
-#: eliminated).
-NUM_RAW = 7
+#: eliminated), whether the last move touched it (it was the eliminated vertex's neighbour).
+NUM_RAW = 8
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
-NUM_DYNAMIC = 9
+NUM_DYNAMIC = 10
 #: Columns of :func:`dynamic_features` that models saved before them lack (the lookahead,
-#: the pressure, then the two frontier shares): such a model is widened with zero weights
-#: on them.
-LOOKAHEAD, PRESSURE, FRONTIER = 5, 6, 7
+#: the pressure, then the two frontier shares, then the last move's touch): such a model
+#: is widened with zero weights on them.
+LOOKAHEAD, PRESSURE, FRONTIER, RECENT = 5, 6, 7, 9
 
 
 def dynamic_features(raw, scale, xp=np):
@@ -60,14 +63,15 @@ def dynamic_features(raw, scale, xp=np):
     (the most fill-in eliminating the vertex can make), whether it is free, the signed
     log1p of the lookahead and of the pressure relative to the scale, and the frontier:
     the share of its predecessors and of its successors that are inputs or outputs (1 on
-    the vertex a forward, resp. reverse, sweep eliminates next). ``xp`` is numpy or
+    the vertex a forward, resp. reverse, sweep eliminates next), and whether the last
+    move touched it (a sweep goes on next to where it last eliminated). ``xp`` is numpy or
     jax.numpy; :func:`rollout` computes the same in compiled code."""
     raw = raw.astype(xp.float32)
-    c, i, o, d, q, a, b = (raw[..., k] for k in range(NUM_RAW))
+    c, i, o, d, q, a, b, r = (raw[..., k] for k in range(NUM_RAW))
     s = xp.asarray(scale, xp.float32)[..., None]
     return xp.stack([xp.log1p(c / s), xp.log1p(i), xp.log1p(o), xp.log1p(i * o), (c == 0).astype(xp.float32),
                      xp.sign(d) * xp.log1p(xp.abs(d) / s), xp.sign(q) * xp.log1p(xp.abs(q) / s),
-                     a / xp.maximum(i, 1), b / xp.maximum(o, 1)], -1)
+                     a / xp.maximum(i, 1), b / xp.maximum(o, 1), r], -1)
 
 
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
@@ -87,7 +91,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
     costs = observe(copy_state(ev.initial), np.flatnonzero(kinds == INTERMEDIATE), ev.compose, ev.join,
-                    ev.cost_table)[:, 0].astype(np.float64)
+                    ev.cost_table, np.zeros(0, np.int64))[:, 0].astype(np.float64)
     down, up = graph.depths
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
@@ -245,11 +249,11 @@ def pressure(state, v, alive, compose, join, cost, mark, pos, nb):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, out):
+def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, out):
     """Writes ``v``'s raw numbers of :func:`observe` into ``out`` (``[NUM_RAW]``),
-    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise). A
-    neighbour not in ``alive`` is an input or an output (an eliminated vertex has no
-    edges left)."""
+    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise); the
+    last move touched ``v`` where ``recent[v]``. A neighbour not in ``alive`` is an input
+    or an output (an eliminated vertex has no edges left)."""
     out[0] = vertex_cost(state, v, cost)
     out[1] = state[7][v]
     out[2] = state[1][v]
@@ -263,23 +267,29 @@ def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, out)
         outputs += not alive[state[3][state[0][v] + b]]
     out[5] = inputs
     out[6] = outputs
+    out[7] = recent[v]
 
 
 @numba.njit(cache=True, nogil=True)
-def observe(state, alive, compose, join, cost):
+def observe(state, alive, compose, join, cost, touched):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
     :func:`lookahead`, :func:`pressure`, ``predecessors and successors that are inputs or
-    outputs)`` of each vertex in ``alive`` in ``state`` (zeros elsewhere)."""
+    outputs, whether it is in touched)`` of each vertex in ``alive`` in ``state`` (zeros
+    elsewhere); ``touched``: the neighbours the last eliminated vertex had (none at the
+    start)."""
     V = state[0].shape[0]
     raw = np.zeros((V, NUM_RAW), np.int64)
     mask = np.zeros(V, np.bool_)
     for v in alive:
         mask[v] = True
+    recent = np.zeros(V, np.int64)
+    for v in touched:
+        recent[v] = 1
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     nb = np.zeros(V, np.int64)
     for v in alive:
-        _raw(state, v, mask, compose, join, cost, mark, pos, nb, True, True, raw[v])
+        _raw(state, v, mask, compose, join, cost, mark, pos, nb, True, True, recent, raw[v])
     return raw
 
 
@@ -298,13 +308,16 @@ def observe_along(state0, order, positions, compose, join, cost):
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     empty = np.zeros(0, np.int64)
+    nb = np.zeros(V, np.int64)
+    nt = 0  # the last move touched nb[:nt]
     r = 0
     for p in range(n + 1):
         while r < P and positions[r] == p:
-            raw[r] = observe(work, order[p:], compose, join, cost)
+            raw[r] = observe(work, order[p:], compose, join, cost, nb[:nt])
             r += 1
         if p == n:
             break
+        nt = _neighbours(work, order[p], nb, 0).shape[0]
         m = eliminate(work, order[p], compose, join, cost, mark, pos, empty)
         if m < 0:
             return raw, steps[:P], OVERFLOW
@@ -345,6 +358,8 @@ def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
     if feats.shape[0] > FRONTIER + 1:
         feats[FRONTIER] = raw[5] / max(i, 1.0)
         feats[FRONTIER + 1] = raw[6] / max(o, 1.0)
+    if feats.shape[0] > RECENT:
+        feats[RECENT] = raw[7]
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -361,12 +376,12 @@ def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now, inv_scale, H1,
-           Wd, W2, b2, w3, b3, a1, feats, static, beta):
+def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last, now,
+           inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
     """Sets ``logits[v]`` to ``v``'s logit now (:func:`_raw` into the scratch ``now``),
     running the decoder only if ``v``'s raw numbers differ from those it last saw
     (``last[v]``, its rows -1 at first): within two hops of a move most are unchanged."""
-    _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, now)
+    _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, now)
     same = True
     for f in range(NUM_RAW):
         same = same and last[v, f] == now[f]
@@ -407,9 +422,15 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     ahead = Wd.shape[0] > LOOKAHEAD and H1.shape[1] > 0 and np.any(Wd[LOOKAHEAD] != 0)
     press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and np.any(Wd[PRESSURE] != 0)
     look = ahead or press
+    # likewise the last move's touch (for a model that reads it): its neighbours are flagged
+    # until the next move, and re-scored when the flag goes
+    track = Wd.shape[0] > RECENT and H1.shape[1] > 0 and np.any(Wd[RECENT] != 0)
+    recent = np.zeros(V, np.int64)
+    prev = np.empty(V, np.int64)
+    nprev = 0
     for v in inter:
-        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now, inv_scale, H1,
-               Wd, W2, b2, w3, b3, a1, feats, static, beta)
+        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last, now,
+               inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -426,6 +447,12 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
                     best = v
                     best_score = s
         nt = _neighbours(work, best, touched, 0).shape[0]
+        n0 = nt
+        if track:
+            for t in range(nprev):
+                recent[prev[t]] = 0
+            for t in range(nt):
+                recent[touched[t]] = 1
         m = eliminate(work, best, compose, join, cost, mark, pos, empty)
         if m < 0:
             return order, OVERFLOW
@@ -445,8 +472,16 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, logits, last, now,
-                       inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last,
+                       now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+        if track:
+            for t in range(nprev):
+                u = prev[t]
+                if alive[u]:
+                    _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last,
+                           now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+            prev[:n0] = touched[:n0]
+            nprev = n0
     return order, np.int64(0)
 
 

@@ -193,12 +193,14 @@ def test_a_model_saved_before_the_forward_and_reverse_costs_plays_as_it_did(para
     assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
 
 
-@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 2), ("random_2", 2), ("random_2", 3), ("random_2", 4)])
-def test_a_model_saved_before_the_lookahead_pressure_or_frontier_plays_as_it_did(params, name, missing):
-    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the frontier
-    features, or before the pressure too, or the lookahead too) is widened with zero
-    weights on them: the same logits, hence the same orders, as the narrow decoder, whose
-    rollout never computes the lookahead or pressure it lacks."""
+@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("RoeFlux_1d", 3), ("random_2", 1), ("random_2", 3),
+                                          ("random_2", 4), ("random_2", 5)])
+def test_a_model_saved_before_the_lookahead_pressure_frontier_or_touch_plays_as_it_did(params, name, missing):
+    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the last
+    move's touch, or before the frontier features too, or the pressure too, or the
+    lookahead too) is widened with zero weights on them: the same logits, hence the same
+    orders, as the narrow decoder, whose rollout never computes the lookahead, pressure
+    or touch it lacks."""
     from alphagrad.agent import widen
 
     dim = NET.config.dim
@@ -238,11 +240,12 @@ def test_player_on_a_graph_without_intermediates(params):
 # observations
 
 
-def _direct_raw(ev, state, alive, V):
+def _direct_raw(ev, state, alive, V, touched=()):
     """(cost, predecessors, successors, lookahead, pressure, predecessors and successors
-    that are inputs or outputs) of each alive vertex, from the evaluator's own vertex
-    cost, the state's edge list, the graph's vertex kinds, and eliminating it (for the
-    lookahead) or each of its alive neighbours (for the pressure) in a copy."""
+    that are inputs or outputs, whether it is in ``touched``) of each alive vertex, from
+    the evaluator's own vertex cost, the state's edge list, the graph's vertex kinds, and
+    eliminating it (for the lookahead) or each of its alive neighbours (for the pressure)
+    in a copy."""
     from alphagrad.evaluator import State, copy_state
 
     edges = state.edges()
@@ -263,7 +266,8 @@ def _direct_raw(ev, state, alive, V):
         pressure = sum(ev.vertex_cost(after(u), v) - ev.vertex_cost(state, v) for u in nb)
         raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
                   sum(1 for (i, _) in edges if i == v), lookahead, pressure,
-                  sum(1 for (i, k) in edges if k == v and kept[i]), sum(1 for (i, k) in edges if i == v and kept[k]))
+                  sum(1 for (i, k) in edges if k == v and kept[i]), sum(1 for (i, k) in edges if i == v and kept[k]),
+                  v in touched)
     return raw
 
 
@@ -280,14 +284,18 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     state = ev.new_state()
     steps = []
     expected = {}
+    touched = set()  # the last eliminated vertex's neighbours, before it went
     for t in range(n + 1):
         if t in positions:
-            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table)
-            direct = _direct_raw(ev, state, order[t:], V)
+            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table,
+                                 np.asarray(sorted(touched), np.int64))
+            direct = _direct_raw(ev, state, order[t:], V, touched)
             np.testing.assert_array_equal(raw, direct, err_msg=f"position {t}")
             expected[t] = direct
         if t < n:
-            steps.append(ev.step(state, int(order[t])))
+            v = int(order[t])
+            touched = {i for (i, k) in state.edges() if k == v} | {k for (i, k) in state.edges() if i == v}
+            steps.append(ev.step(state, v))
     assert sum(steps) == ev.cost(order)
     for r, t in enumerate(positions):
         np.testing.assert_array_equal(along[r], expected[t], err_msg=f"observe_along at position {t}")
@@ -322,7 +330,7 @@ def test_observe_is_exact_where_costs_saturate():
         state = ev.new_state()
         for t in range(len(order)):
             s, alive = state.arrays, set(order[t:].tolist())
-            raw = policy.observe(s, order[t:], ev.compose, ev.join, C)
+            raw = policy.observe(s, order[t:], ev.compose, ev.join, C, np.zeros(0, np.int64))
             for v in order[t:]:
                 preds, succs = ev._neighbours(s, int(v))
                 nb = [u for u, _ in preds + succs if u in alive]
@@ -334,16 +342,17 @@ def test_observe_is_exact_where_costs_saturate():
 
 
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
-    raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0], [5, 3, 1, -3, 0, 0, 1], [1000, 7, 9, 90, -20, 2, 3]],
-                      [[2, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1]]], np.int64)
+    raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0, 0], [5, 3, 1, -3, 0, 0, 1, 1], [1000, 7, 9, 90, -20, 2, 3, 1]],
+                      [[2, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1, 0]]], np.int64)
     scale = np.asarray([10.0, 100.0])
     a = policy.dynamic_features(raw, scale)
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
     assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
     np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
-                                         -np.log1p(2.0), 2 / 7, 3 / 9], rtol=1e-6)
-    assert list(a[0, 1, 7:]) == [0.0, 1.0] and list(a[1, 0, 7:]) == [0.0, 0.0]  # shares of inputs and outputs
+                                         -np.log1p(2.0), 2 / 7, 3 / 9, 1.0], rtol=1e-6)
+    assert list(a[0, 1, 7:9]) == [0.0, 1.0] and list(a[1, 0, 7:9]) == [0.0, 0.0]  # shares of inputs and outputs
+    assert list(a[..., policy.RECENT].ravel()) == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # the last move touched it
     assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
     assert a[0, 0, 6] == pytest.approx(np.log1p(0.4)) and a[1, 2, 6] == pytest.approx(np.log1p(7 / 100))
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
