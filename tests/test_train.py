@@ -129,11 +129,40 @@ def test_smoke_main_and_dagger_configs_are_valid():
     assert dagger.data.labels == ("labels", "dagger-1")
     assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
     for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
-                 "pressure-dagger", "stepped", "modes", "modes-dagger", "modes-dagger2"):
+                 "pressure-dagger", "stepped", "modes", "modes-dagger", "modes-dagger2", "screened", "touch",
+                 "touch-fresh"):
         config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
             os.path.join(ROOT, config.init_from, "model.safetensors")), name
+
+
+def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
+    """A model saved before the decoder read the last move's touch loads with a zero
+    weight on it (it plays as before); with fresh_inputs the run starts that weight from
+    its own random initialisation instead, and every other weight from the model."""
+    from safetensors.numpy import load_file, save_file
+
+    workdir, _ = full_run
+    narrow = str(tmp_path / "narrow")
+    shutil.copytree(os.path.join(workdir, "best_model"), narrow)
+    weights = load_file(os.path.join(narrow, "model.safetensors"))
+    weights["params/first/kernel"] = weights["params/first/kernel"][:-1]  # without the touch
+    save_file(weights, os.path.join(narrow, "model.safetensors"))
+    config = tiny_config(data, init_from=narrow)
+    template = loop.init_params(config, jax.random.key(config.seed))
+    start = loop.start_params(config, template)
+    fresh = loop.start_params(tiny_config(data, init_from=narrow, fresh_inputs=True), template)
+    kernel = lambda p: np.asarray(p["params"]["first"]["kernel"])
+    assert not kernel(start)[-1].any()  # zero: plays as the saved model
+    np.testing.assert_array_equal(kernel(fresh)[-1], kernel(template)[-1])
+    assert kernel(fresh)[-1].any()
+    np.testing.assert_array_equal(kernel(fresh)[:-1], kernel(start)[:-1])
+    same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(a, b)), start["params"]["second"],
+                                  fresh["params"]["second"])
+    assert all(jax.tree_util.tree_leaves(same))
+    with pytest.raises(C.ConfigError, match="fresh_inputs .* init_from is"):
+        tiny_config(data, fresh_inputs=True).validate()
 
 
 def _copy(data, tmp_path):

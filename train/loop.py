@@ -65,7 +65,19 @@ def start_params(config: TrainConfig, template):
     shapes = jax.tree_util.tree_map(jnp.shape, template)
     if jax.tree_util.tree_map(jnp.shape, agent.params) != shapes:
         raise ConfigError(f"init_from {config.init_from!r} has weights of other shapes than this network's")
-    return agent.params
+    if not config.fresh_inputs:
+        return agent.params
+    # the inputs the model was saved without are its first layers' all-zero rows (a
+    # trained row is never exactly zero): they start as the template's
+    params = jax.tree_util.tree_map(np.asarray, agent.params)
+    for layer in ("embed", "first"):
+        kernel = params["params"][layer]["kernel"]
+        new = ~kernel.any(axis=1)
+        params["params"][layer]["kernel"] = np.where(new[:, None], np.asarray(template["params"][layer]["kernel"]),
+                                                     kernel)
+        if new.any():
+            log.info("fresh_inputs: %d input rows of %s start from the random initialisation", new.sum(), layer)
+    return params
 
 
 def optimizer(config: TrainConfig):
