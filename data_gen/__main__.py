@@ -66,6 +66,8 @@ def parser() -> argparse.ArgumentParser:
                                 f"(default {' '.join(map(str, getattr(getattr(D, dist.upper()), field)))})")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.add_argument("--quiet", action="store_true", help="no log lines or summary")
+    from data_gen.labels import LabelConfig  # numpy and the standard library only
+
     lab = sub.add_parser("label", help="make or resume the training labels of a dataset")
     lab.add_argument("--data", required=True, help="the dataset directory (from `build`)")
     lab.add_argument("--num-proc", type=int, default=1, help="worker processes (spawn); 1: in this process")
@@ -76,10 +78,10 @@ def parser() -> argparse.ArgumentParser:
                      help="a model directory (e.g. alphagrad/pretrained): label the states its greedy policy reaches "
                           "(a DAgger round; train split only)")
     lab.add_argument("--name", default="labels", help="directory under --data to write (default labels)")
-    lab.add_argument("--screen", type=int, default=8,
+    lab.add_argument("--screen", type=int, default=None,
                      help="with --policy: also anneal the rest of each order from forward and from reverse for "
                           "1/SCREEN of the moves, and go on from the cheaper if it beats the policy's rest "
-                          "(default 8; 0: the policy's rest alone)")
+                          f"(default {LabelConfig.screen}; 0: the policy's rest alone)")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -138,10 +140,13 @@ def main(argv=None) -> int:
 
         if args.num_proc < 1:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
-        if args.screen < 0:
+        if args.screen is not None and args.policy is None:
+            p.error("--screen sets how a policy's states are completed; it needs --policy MODEL")
+        if args.screen is not None and args.screen < 0:
             p.error(f"--screen = {args.screen} must be >= 0 (0: no screening)")
+        config = labels.LabelConfig() if args.screen is None else labels.LabelConfig(screen=args.screen)
         try:
-            rows = labels.build_labels(args.data, labels.LabelConfig(screen=args.screen), num_proc=args.num_proc, progress=not args.no_progress,
+            rows = labels.build_labels(args.data, config, num_proc=args.num_proc, progress=not args.no_progress,
                                        limit=args.limit, validation_limit=args.validation_limit,
                                        policy=args.policy, name=args.name)
         except (FileNotFoundError, ValueError) as e:

@@ -284,6 +284,14 @@ def test_label_cli_labels_a_prefix_with_limit(dataset, tmp_path, capsys):
     assert json.load(open(os.path.join(data_dir, "labels", "labels.json")))["config"] == L.LabelConfig().identity()
 
 
+def test_screen_without_a_policy_or_below_zero_is_a_usage_error(dataset, capsys):
+    for args, message in ((["--screen", "4"], "needs --policy MODEL"),
+                          (["--screen", "-1", "--policy", "alphagrad/pretrained"], "must be >= 0")):
+        with pytest.raises(SystemExit):
+            data_gen_main(["label", "--data", dataset, "--no-progress", *args])
+        assert message in capsys.readouterr().err
+
+
 def test_missing_dataset_or_labels_and_another_schema_version_are_clear_errors(tmp_path, capsys):
     missing = str(tmp_path / "nowhere")
     assert data_gen_main(["label", "--data", missing, "--no-progress"]) == 2
