@@ -184,9 +184,7 @@ def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: 
 
     best = run(rest.copy(), moves, 0)
     if screen:
-        rank = np.empty(ev.graph.num_vertices, np.int64)
-        rank[np.asarray(ev.graph.intermediates, np.int64)] = np.arange(n)
-        fwd = rest[np.argsort(rank[rest], kind="stable")]
+        fwd = np.sort(rest)  # vertex ids follow the computation: forward's order
         screened = min((run(o.copy(), max(1, moves // screen), k + 1) for k, o in enumerate((fwd, fwd[::-1]))),
                        key=ev.cost)
         if ev.cost(screened) < ev.cost(best):
