@@ -281,9 +281,10 @@ class BuildConfig:
         are shallow.
       shared_train: training graphs of ``large_train_size`` like ``stepped_train``'s, but
         one input of the step is the carried state (one the outputs depend on, of an
-        output's shape when there is one): its other inputs reach every step unchanged (the weights of a recurrent cell, a layer stack's shared
-        parameters, a solver's constants: inputs with many consumers across the depth),
-        and its values are wider (:data:`SHARED`).
+        output's shape when there is one): its other inputs reach every step unchanged
+        (the weights of a recurrent cell, a layer stack's shared parameters, a solver's
+        constants: inputs with many consumers across the depth), and its values are
+        wider (:data:`SHARED`).
       validation_fraction: share of training-distribution programs (and non-published zoo
         examples) that go to validation.
       max_structures: larger rule tables are reported as failures.
