@@ -34,7 +34,7 @@ BUNDLED_MODEL = os.path.join(os.path.dirname(__file__), "pretrained")
 
 #: The largest ``max_vertices`` a model config may declare, and the largest network.
 CONFIG_SIZE_LIMIT = 1 << 20
-NETWORK_LIMITS = {"dim": 512, "heads": 64, "layers": 12}
+NETWORK_LIMITS = {"dim": 512, "heads": 64, "layers": 12, "encodings": 64}
 
 
 def model_config(network: NetworkConfig, max_vertices: int) -> dict:
@@ -202,6 +202,8 @@ def _trace(f, *args) -> Graph:
 
 _CONFIG_KEYS = ("network", "max_vertices", "convention")
 _NETWORK_KEYS = tuple(f.name for f in dataclasses.fields(NetworkConfig))
+#: Network keys a config saved before them may lack, with the value such a model plays.
+_NETWORK_DEFAULTS = {"encodings": 1}
 
 
 def _config_error(problem: str) -> hub.NotAnAlphagradModelError:
@@ -235,6 +237,7 @@ def _check_config(config: dict) -> dict:
     net = config["network"]
     if not isinstance(net, dict):
         raise _config_error(f"'network' must be a dict, got {net!r}")
+    net = {**_NETWORK_DEFAULTS, **net}
     missing = [k for k in _NETWORK_KEYS if k not in net]
     unknown = sorted(str(k) for k in net if k not in _NETWORK_KEYS)
     if missing or unknown:

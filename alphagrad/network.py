@@ -2,7 +2,8 @@
 
 One transformer for all graphs, cheap per move (:mod:`alphagrad.policy` plays it):
 
-* an **encoder**, run once per graph: each vertex is a token, attention runs along the
+* an **encoder**, run once per graph (or ``encodings`` times a game, each time on the
+  graph left by the moves so far: :class:`NetworkConfig`): each vertex is a token, attention runs along the
   graph's edges (both directions, a self loop, and the edge's features: whether it
   carries values and the multiplications it takes part in), and a global token (the
   graph's mean) joins every block; no position embeddings, so renumbering the vertices
@@ -25,11 +26,16 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class NetworkConfig:
-    """Size of the policy-value network."""
+    """Size of the policy-value network, and how often a game encodes its graph:
+    ``encodings`` times, at the start and then every ``ceil(n / encodings)`` of its
+    ``n`` moves, each time the graph as it is then (what is left after the moves so
+    far, :func:`alphagrad.policy.graph_inputs`), so that the embeddings the decoder
+    reads describe the graph the game is on, not the one it started from."""
 
     dim: int = 64
     heads: int = 4
     layers: int = 3
+    encodings: int = 1
 
 
 def _segment_softmax(logits, segments, valid, num_segments):

@@ -2,10 +2,12 @@
 
 What the network sees of a graph comes in two parts (see :mod:`alphagrad.network`):
 
-* :func:`graph_inputs`, computed once per graph: per-vertex features (kind, value size,
-  degrees, what eliminating it costs now, depth from the inputs and to the outputs) and
-  per-edge features (whether the edge carries values, the multiplications it takes part
-  in when its source or its destination is eliminated), read by the encoder;
+* :func:`graph_inputs`, computed once per graph (or on the graph left after some moves,
+  for a network that encodes it again during a game): per-vertex features (kind, value
+  size, degrees, what eliminating it costs now, depth from the inputs and to the
+  outputs) and per-edge features (whether the edge carries values, the multiplications
+  it takes part in when its source or its destination is eliminated), read by the
+  encoder;
 * :func:`observe`, at every state: per-vertex ``(elimination cost, predecessors,
   successors, lookahead, pressure)`` now, read by the per-move decoder; the lookahead is
   how eliminating the vertex would change its neighbours' elimination costs (a free move
@@ -21,7 +23,7 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   elsewhere.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
-once, each move re-scores only the vertices within two hops of the eliminated one (its
+once (per stretch of moves, for a network of several encodings), each move re-scores only the vertices within two hops of the eliminated one (its
 neighbours alone for a model whose lookahead and pressure weights are zero) with the decoder's
 weights (:func:`alphagrad.network.decoder_weights`; run only for a vertex whose raw numbers
 changed), then takes the best
@@ -35,7 +37,7 @@ import math
 import numba
 import numpy as np
 
-from alphagrad.evaluator import CAP, OVERFLOW, Evaluator, copy_state, eliminate, saturating_add, vertex_cost
+from alphagrad.evaluator import CAP, OVERFLOW, Evaluator, after, copy_state, eliminate, saturating_add, vertex_cost
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
@@ -75,14 +77,25 @@ def dynamic_features(raw, scale, xp=np):
                      a / xp.maximum(i, 1), b / xp.maximum(o, 1), r], -1)
 
 
-def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
-    """The encoder's input for ``graph``: ``static [V, NUM_STATIC]`` and ``edge_features
-    [E, NUM_EDGE]`` float32, ``src``/``dst [E]`` int32, ``kinds [V]``; costs relative to
-    ``scale`` (the best baseline's cost)."""
+def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
+    """The encoder's input for ``graph`` after eliminating ``prefix`` (none: the graph as
+    traced): ``static [V, NUM_STATIC]`` and ``edge_features [E, NUM_EDGE]`` float32,
+    ``src``/``dst [E]`` int32 (the edges left, fill-in included), ``kinds [V]`` and
+    ``mask [V]`` (False on the eliminated vertices, whose rows are zero); costs relative
+    to ``scale`` (the best baseline's cost), forward's and reverse's of what is left."""
     V = graph.num_vertices
-    src, dst, sid = ev.edge_arrays
-    T = ev.tables
     kinds = np.asarray(graph.kinds, np.int64)
+    prefix = np.asarray(prefix, np.int64)
+    mask = np.ones(V, bool)
+    mask[prefix] = False
+    rest = [v for v in graph.intermediates if mask[v]]
+    if len(prefix):
+        state = ev.run(after, prefix, ev.compose, ev.join, ev.cost_table)[0]
+        src, dst, sid = edges_of(state)
+    else:
+        state = ev.initial
+        src, dst, sid = ev.edge_arrays
+    T = ev.tables
     has_value = np.asarray([s is not None and s.value_vars is not None for s in T.structures], bool)
     sizes = np.asarray([float(math.prod(s)) for s in graph.shapes], np.float64)
     ndim = np.asarray([len(s) for s in graph.shapes], np.float64)
@@ -91,34 +104,81 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float) -> dict:
     unit = ~has_value[sid]
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
-    costs = observe(copy_state(ev.initial), np.flatnonzero(kinds == INTERMEDIATE), ev.compose, ev.join,
-                    ev.cost_table, np.zeros(0, np.int64))[:, 0].astype(np.float64)
-    down, up = graph.depths
+    costs = observe(copy_state(state), np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table,
+                    np.zeros(0, np.int64))[:, 0].astype(np.float64)
+    down, up = depths(V, src, dst)
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
-    # which side a sweep would start from: the graph's forward and reverse costs
-    inter = list(graph.intermediates)
-    modes = [math.log1p(ev.cost(o) / s) for o in (inter, inter[::-1])]
+    # which side a sweep of what is left would start from: its forward and reverse costs
+    spent = ev.cost(prefix) if len(prefix) else 0
+    modes = [math.log1p((ev.cost([*prefix, *o]) - spent) / s) for o in (rest, rest[::-1])]
     static = np.stack([
         kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
         np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
         np.log1p(costs / s), down / depth, up / depth, np.full(V, modes[0]), np.full(V, modes[1]),
-    ], -1).astype(np.float32)
+    ], -1).astype(np.float32) * mask[:, None]
     # the multiplications each edge takes part in when its source / its destination goes
-    C = ev.cost_table
-    in_cost = np.zeros(len(src), np.float64)
-    out_cost = np.zeros(len(src), np.float64)
-    preds = [[] for _ in range(V)]
-    succs = [[] for _ in range(V)]
-    for e in range(len(src)):
-        preds[dst[e]].append(e)
-        succs[src[e]].append(e)
-    for e in range(len(src)):
-        in_cost[e] = sum(float(C[sid[e], sid[p]]) for p in preds[src[e]])
-        out_cost[e] = sum(float(C[sid[q], sid[e]]) for q in succs[dst[e]])
+    in_cost, out_cost = edge_costs(V, src, dst, sid, ev.cost_table)
     edge = np.stack([has_value[sid], np.log1p(in_cost / s), np.log1p(out_cost / s)], -1).astype(np.float32)
     return {"static": static, "edge_features": edge, "src": src.astype(np.int32), "dst": dst.astype(np.int32),
-            "kinds": kinds.astype(np.int8)}
+            "kinds": kinds.astype(np.int8), "mask": mask}
+
+
+@numba.njit(cache=True, nogil=True)
+def edges_of(state):
+    """``(src, dst, structure id)`` int64 arrays of the edges of ``state``."""
+    V = state[0].shape[0]
+    m = state[1].sum()
+    src = np.empty(m, np.int64)
+    dst = np.empty(m, np.int64)
+    sid = np.empty(m, np.int64)
+    k = 0
+    for v in range(V):
+        for b in range(state[1][v]):
+            src[k] = v
+            dst[k] = state[3][state[0][v] + b]
+            sid[k] = state[4][state[0][v] + b]
+            k += 1
+    return src, dst, sid
+
+
+@numba.njit(cache=True, nogil=True)
+def depths(V, src, dst):
+    """``(down, up)`` of the edges ``src -> dst`` (ids topological): per vertex, the edges
+    on the longest path from a vertex without predecessors, and to one without
+    successors (as :attr:`alphagrad.graph.Graph.depths` for the traced graph)."""
+    down = np.zeros(V, np.int64)
+    up = np.zeros(V, np.int64)
+    for e in np.argsort(dst, kind="mergesort"):
+        down[dst[e]] = max(down[dst[e]], down[src[e]] + 1)
+    for e in np.argsort(-src, kind="mergesort"):
+        up[src[e]] = max(up[src[e]], up[dst[e]] + 1)
+    return down, up
+
+
+@numba.njit(cache=True, nogil=True)
+def edge_costs(V, src, dst, sid, cost):
+    """Per edge, the multiplications it takes part in when its source is eliminated (its
+    products with the edges into the source) and when its destination is (with the edges
+    out of it), as float64."""
+    E = src.shape[0]
+    by_dst = np.argsort(dst, kind="mergesort")
+    by_src = np.argsort(src, kind="mergesort")
+    first_in = np.zeros(V + 1, np.int64)
+    first_out = np.zeros(V + 1, np.int64)
+    for e in range(E):
+        first_in[dst[e] + 1] += 1
+        first_out[src[e] + 1] += 1
+    first_in = np.cumsum(first_in)
+    first_out = np.cumsum(first_out)
+    in_cost = np.zeros(E, np.float64)
+    out_cost = np.zeros(E, np.float64)
+    for e in range(E):
+        for k in range(first_in[src[e]], first_in[src[e] + 1]):
+            in_cost[e] += cost[sid[e], sid[by_dst[k]]]
+        for k in range(first_out[dst[e]], first_out[dst[e] + 1]):
+            out_cost[e] += cost[sid[by_src[k]], sid[e]]
+    return in_cost, out_cost
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -393,9 +453,11 @@ def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, re
 
 @numba.njit(cache=True, nogil=True)
 def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed,
-            static, beta):
-    """Plays the policy on one graph: ``(order, flag)``, ``flag`` :data:`OVERFLOW` if a
-    pool filled up. ``H1`` is the encoder's output through the decoder's first layer
+            static, beta, moves, touched0):
+    """Plays the policy from ``state0`` for ``moves`` moves (at most ``len(inter)``, the
+    vertices left to eliminate, ascending): ``(order, touched, flag)``, ``touched`` the
+    neighbours the last move's vertex had (``touched0``: the move before ``state0``'s),
+    ``flag`` :data:`OVERFLOW` if a pool filled up. ``H1`` is the encoder's output through the decoder's first layer
     (``[V, D]``); the other arrays are the decoder's remaining weights. With ``D = 0``
     the policy is network-free: logit = ``static[v] - beta * cost(v) / scale`` (the
     controls of :class:`ControlPlayer`). ``temperature`` 0: the highest logit (the
@@ -403,7 +465,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     (Gumbel-max, seeded)."""
     work = copy_state(state0)
     V = work[0].shape[0]
-    n = inter.shape[0]
+    n = min(inter.shape[0], moves)
     np.random.seed(seed)
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
@@ -428,7 +490,11 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     track = Wd.shape[0] > RECENT and H1.shape[1] > 0 and np.any(Wd[RECENT] != 0)
     recent = np.zeros(V, np.int64)
     prev = np.empty(V, np.int64)
-    nprev = 0
+    nprev = touched0.shape[0]
+    prev[:nprev] = touched0
+    if track:
+        for t in range(nprev):
+            recent[prev[t]] = 1
     for v in inter:
         _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last, now,
                inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
@@ -456,7 +522,7 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
                 recent[touched[t]] = 1
         m = eliminate(work, best, compose, join, cost, mark, pos, empty)
         if m < 0:
-            return order, OVERFLOW
+            return order, prev[:0], OVERFLOW
         alive[best] = False
         order[step] = best
         if look:  # these change up to two hops away: the neighbours' neighbours too
@@ -481,9 +547,9 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
                 if alive[u]:
                     _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last,
                            now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
-            prev[:n0] = touched[:n0]
-            nprev = n0
-    return order, np.int64(0)
+        prev[:n0] = touched[:n0]
+        nprev = n0
+    return order, prev[:nprev].copy(), np.int64(0)
 
 
 def padded(n: int, minimum: int) -> int:
@@ -501,6 +567,7 @@ def pad_inputs(inputs: dict, V: int, E: int) -> dict:
     out = {"static": np.zeros((V, NUM_STATIC), np.float32), "src": np.zeros(E, np.int32),
            "dst": np.zeros(E, np.int32), "edge_features": np.zeros((E, NUM_EDGE), np.float32),
            "num_edges": np.int32(m), "vmask": np.arange(V) < n}
+    out["vmask"][:n] &= inputs.get("mask", True)
     out["static"][:n] = inputs["static"]
     out["src"][:m] = inputs["src"]
     out["dst"][:m] = inputs["dst"]
@@ -539,7 +606,8 @@ def embed(net, params, inputs: dict) -> tuple[np.ndarray, float]:
 class Player:
     """The network's policy on one graph: the encoder runs once (:func:`embed`), then every
     order is played in compiled code (:func:`rollout`), re-scoring only the neighbours of
-    each eliminated vertex.
+    each eliminated vertex; a network of ``encodings`` > 1 also encodes the graph left
+    every ``ceil(n / encodings)`` moves (:class:`alphagrad.network.NetworkConfig`).
 
     Args:
       net, params: a :class:`alphagrad.network.PolicyNet` and its variables.
@@ -554,6 +622,8 @@ class Player:
         from alphagrad.network import decoder_weights
 
         self._bind(graph, scale, ev)
+        self.net, self.params, self.encode = net, params, encode
+        self.encodings = net.config.encodings
         self.inputs = graph_inputs(graph, self.ev, self.scale)
         if encode:
             h, self.compile_seconds = embed(net, params, self.inputs)
@@ -571,15 +641,42 @@ class Player:
 
     static = np.zeros(0)
     beta = 0.0
+    encodings = 1
 
     def play(self, temperature: float = 0.0, seed: int = 0) -> list[int]:
         """One order: greedy (``temperature`` 0) or sampled at ``temperature``."""
-        if len(self.inter) == 0:
+        n = len(self.inter)
+        if n == 0:
             return []
         ev = self.ev
-        order, _ = ev.run(rollout, self.inter, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale, *self.weights,
-                          float(temperature), int(seed), self.static, float(self.beta))
-        return [int(v) for v in order]
+        step = -(-n // self.encodings)
+        order: list[int] = []
+        touched = np.zeros(0, np.int64)
+        weights = self.weights
+        for start in range(0, n, step):
+            if start and self.encode:
+                weights = self.weights_after(order)
+            done = np.asarray(order, np.int64)
+            rest = np.setdiff1d(self.inter, done)
+
+            def play_on(state0, *args):  # from the state after the moves so far
+                state, flag = after(state0, done, ev.compose, ev.join, ev.cost_table)
+                return (None, None, flag) if flag == OVERFLOW else rollout(state, *args)
+
+            moves, touched, _ = ev.run(play_on, rest, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale,
+                                       *weights, float(temperature), int(seed) + start, self.static,
+                                       float(self.beta), step, touched)
+            order += [int(v) for v in moves]
+        return order
+
+    def weights_after(self, prefix) -> tuple:
+        """The decoder's weights (:func:`alphagrad.network.decoder_weights`) on the graph
+        left after ``prefix``, encoded anew."""
+        from alphagrad.network import decoder_weights
+
+        h, seconds = embed(self.net, self.params, graph_inputs(self.graph, self.ev, self.scale, prefix))
+        self.compile_seconds += seconds
+        return decoder_weights(self.params, h)
 
 
 #: The network-free priors of :class:`ControlPlayer`: what learning is measured against.

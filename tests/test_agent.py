@@ -233,6 +233,7 @@ def _saved(agent, path, **config_changes):
     ({"network__dim": "16"}, "network.dim must be an integer, got '16'"),
     ({"network__heads": 3}, r"network.dim \(16\) must be a multiple of network.heads \(3\)"),
     ({"network__layers": 0}, "network.layers must be from 1 to 12, got 0"),
+    ({"network__encodings": 0}, "network.encodings must be from 1 to 64, got 0"),
     ({"network__width": 3}, r"network has unknown keys \['width'\]"),
     ({"network": [16, 2, 1]}, "'network' must be a dict"),
     ({"max_vertex": 64}, r"unknown keys \['max_vertex'\]"),
@@ -243,6 +244,17 @@ def test_bad_model_configs_are_refused_with_the_reason(agent, tmp_path, changes,
     with pytest.raises(hub.NotAnAlphagradModelError, match=match) as info:
         ag.from_pretrained(str(path))
     assert "as `alphagrad.agent.model_config` writes it" in str(info.value)
+
+
+def test_a_model_saved_before_encodings_encodes_its_graph_once(agent, tmp_path):
+    """A config without ``network.encodings`` (saved before it existed) loads as a network
+    that encodes the traced graph once a game, as it was trained to."""
+    path = _saved(agent, tmp_path / "m")
+    cfg = json.loads((path / "config.json").read_text())
+    del cfg["network"]["encodings"]
+    (path / "config.json").write_text(json.dumps(cfg))
+    loaded = ag.from_pretrained(str(path))
+    assert loaded.config["network"]["encodings"] == 1 and loaded.net.config.encodings == 1
 
 
 def test_nan_weights_are_refused_through_from_pretrained(agent, tmp_path):

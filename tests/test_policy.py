@@ -11,6 +11,8 @@ of a graph and of a state, and the compiled rollout that plays its policy.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,19 +65,23 @@ _encoder = jax.jit(lambda p, *a: NET.apply(p, *a, method=PolicyNet.encode))
 
 def _encode(params, inputs):
     """The encoder on one graph's unpadded inputs (not through policy.embed)."""
-    n, m = inputs["static"].shape[0], inputs["src"].shape[0]
+    m = inputs["src"].shape[0]
     return _encoder(params, inputs["static"], inputs["src"], inputs["dst"], inputs["edge_features"],
-                    jnp.int32(m), jnp.ones(n, bool))
+                    jnp.int32(m), jnp.asarray(inputs["mask"]))
 
 
 _decode = jax.jit(lambda p, h, dyn, legal, progress: NET.apply(p, h, dyn, legal, progress, method=PolicyNet.decode))
 
 
-def _replayed_logits(params, g, ev, scale, order):
+def _replayed_logits(params, g, ev, scale, order, encodings=1):
     """The JAX decoder's logits ``[n, V]`` (illegal moves at -inf) at every state along
-    ``order``, each state observed from scratch."""
+    ``order``, each state observed from scratch; with ``encodings`` > 1, each on the
+    embeddings of the graph left at the start of its stretch of ``ceil(n / encodings)``
+    moves."""
     n, V = len(order), g.num_vertices
-    h = _encode(params, policy.graph_inputs(g, ev, scale))
+    step = -(-n // encodings)
+    h = np.stack([np.asarray(_encode(params, policy.graph_inputs(g, ev, scale, order[:(t // step) * step])))
+                  for t in range(n)])
     raw, _, flag = policy.observe_along(ev.initial, np.asarray(order, np.int64), np.arange(n), ev.compose,
                                         ev.join, ev.cost_table)
     assert flag == 0
@@ -83,7 +89,7 @@ def _replayed_logits(params, g, ev, scale, order):
     for t in range(n):
         legal[t, order[t:]] = True
     dyn = policy.dynamic_features(jnp.asarray(raw), jnp.full(n, scale), jnp)
-    logits, value = _decode(params, h[None], dyn, jnp.asarray(legal), jnp.arange(n, dtype=jnp.float32) / n)
+    logits, value = _decode(params, h, dyn, jnp.asarray(legal), jnp.arange(n, dtype=jnp.float32) / n)
     assert logits.shape == (n, V) and value.shape == (n,)
     return np.where(legal, np.asarray(logits, np.float64), -np.inf)
 
@@ -92,19 +98,22 @@ def _replayed_logits(params, g, ev, scale, order):
 # the compiled rollout
 
 
-@pytest.mark.parametrize("name", list(GRAPHS))
-def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name):
+@pytest.mark.parametrize("name,encodings", [*((name, 1) for name in GRAPHS), ("RoeFlux_1d", 4), ("random_2", 3)])
+def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name, encodings):
     """Every move of the compiled greedy rollout is the highest logit of the JAX decoder
-    on that whole state (the smallest id on ties); rounding (float64 in the rollout,
-    float32 in JAX) may only decide between logits within 1e-4 of each other."""
+    on that whole state (the smallest id on ties), on the embeddings of the graph left at
+    the start of the move's stretch where the network encodes it ``encodings`` times a
+    game; rounding (float64 in the rollout, float32 in JAX) may only decide between
+    logits within 1e-4 of each other."""
     g = GRAPHS[name]()
     ev = Evaluator(g)
     scale = _scale(g, ev)
-    player = policy.Player(NET, params, g, scale, ev)
+    net = PolicyNet(dataclasses.replace(NET.config, encodings=encodings))
+    player = policy.Player(net, params, g, scale, ev)
     order = player.play()
     assert sorted(order) == sorted(g.intermediates)
     assert player.play(temperature=0.0, seed=123) == order  # greedy ignores the seed
-    logits = _replayed_logits(params, g, ev, scale, order)
+    logits = _replayed_logits(params, g, ev, scale, order, encodings)
     assert np.ptp(logits[0][np.isfinite(logits[0])]) > 0.05  # a network whose choice matters
     near_ties = 0
     for t, v in enumerate(order):
@@ -116,8 +125,10 @@ def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name):
             near_ties += 1
     assert near_ties <= max(1, len(order) // 20)
     # the order is the network's, not a fixed rule: another network plays another order
-    other = policy.Player(NET, init_params(NET, jax.random.key(11)), g, scale, ev).play()
+    other = policy.Player(net, init_params(NET, jax.random.key(11)), g, scale, ev).play()
     assert other != order
+    if encodings > 1:  # the graph encoded anew is what the network plays on
+        assert policy.Player(NET, params, g, scale, ev).play() != order
 
 
 def test_greedy_order_breaks_exact_ties_by_the_smallest_id(params):
@@ -219,8 +230,9 @@ def test_a_model_saved_before_the_lookahead_pressure_frontier_or_touch_plays_as_
     order = player.play()
     H1, Wd, *rest = player.weights
     assert Wd.shape[0] == policy.NUM_DYNAMIC
-    narrow_order, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table, 1.0 / player.scale,
-                                H1, Wd[:-missing], *rest, 0.0, 0, player.static, 0.0)
+    narrow_order, _, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table,
+                                   1.0 / player.scale, H1, Wd[:-missing], *rest, 0.0, 0, player.static, 0.0,
+                                   len(player.inter), np.zeros(0, np.int64))
     assert flag == 0 and [int(v) for v in narrow_order] == order
     # the features are what a trained weight reads: a non-zero one changes the play
     for row in range(-missing, 0):
@@ -358,37 +370,61 @@ def test_dynamic_features_are_the_same_in_numpy_and_jax():
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
 
 
-@pytest.mark.parametrize("name", ["BlackScholes_Jacobian", "random_1"])
-def test_graph_inputs_shapes_and_contents(name):
+@pytest.mark.parametrize("name,done", [("BlackScholes_Jacobian", 0), ("random_1", 0), ("BlackScholes_Jacobian", 0.4),
+                                       ("random_1", 0.3), ("random_1", 0.8)])
+def test_graph_inputs_shapes_and_contents(name, done):
+    """The encoder's inputs of the traced graph (``done`` 0), and of the graph left after
+    eliminating a share ``done`` of a random order: its edges (fill-in included) as the
+    evaluator's state has them, the eliminated vertices masked with zero rows, each
+    vertex's cost and degrees now, the forward and reverse costs of what is left."""
     g = GRAPHS[name]()
     ev = Evaluator(g)
     scale = _scale(g, ev)
-    x = policy.graph_inputs(g, ev, scale)
-    V, E = g.num_vertices, len(g.edges)
+    inter = list(g.intermediates)
+    order = [int(v) for v in np.random.default_rng(4).permutation(inter)]
+    prefix, rest = order[:int(done * len(order))], sorted(order[int(done * len(order)):])
+    x = policy.graph_inputs(g, ev, scale, prefix)
+    state = ev.new_state()
+    for v in prefix:
+        ev.step(state, v)
+    edges = sorted(state.edges())  # (src, dst) pairs
+    V, E = g.num_vertices, len(edges)
     assert x["static"].shape == (V, policy.NUM_STATIC) and x["static"].dtype == np.float32
     assert x["edge_features"].shape == (E, policy.NUM_EDGE) and x["edge_features"].dtype == np.float32
     assert x["src"].dtype == x["dst"].dtype == np.int32
-    assert x["src"].tolist() == [e.src for e in g.edges] and x["dst"].tolist() == [e.dst for e in g.edges]
+    if not prefix:  # the traced graph's edges, in its order
+        assert x["src"].tolist() == [e.src for e in g.edges] and x["dst"].tolist() == [e.dst for e in g.edges]
+    assert sorted(zip(x["src"].tolist(), x["dst"].tolist())) == edges
     assert x["kinds"].tolist() == list(g.kinds)
+    alive = np.ones(V, bool)
+    alive[prefix] = False
+    np.testing.assert_array_equal(x["mask"], alive)
     s, kinds = x["static"], np.asarray(g.kinds)
+    assert not s[~alive].any()
     assert np.isfinite(s).all() and np.isfinite(x["edge_features"]).all()
-    np.testing.assert_array_equal(s[:, :3], np.stack([kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT], -1))
-    state = ev.new_state()
-    direct = _direct_raw(ev, state, g.intermediates, V)
+    np.testing.assert_array_equal(s[alive, :3], np.stack([kinds == INPUT, kinds == INTERMEDIATE,
+                                                          kinds == OUTPUT], -1)[alive])
+    direct = _direct_raw(ev, state, rest, V)
     np.testing.assert_allclose(s[:, 9], np.log1p(direct[:, 0] / scale), rtol=1e-5)  # cost now
-    inter = list(g.intermediates)  # the forward and reverse costs, the same on every vertex
-    np.testing.assert_allclose(s[:, policy.MODES:], np.broadcast_to(
-        np.log1p([ag.cost(g, inter) / scale, ag.cost(g, inter[::-1]) / scale]), (V, 2)), rtol=1e-6)
+    spent = ev.cost(prefix)  # the forward and reverse costs of what is left, the same on every vertex
+    np.testing.assert_allclose(s[alive, policy.MODES:], np.broadcast_to(
+        np.log1p([(ag.cost(g, prefix + rest) - spent) / scale, (ag.cost(g, prefix + rest[::-1]) - spent) / scale]),
+        (alive.sum(), 2)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 5], np.log1p(np.bincount(x["dst"], minlength=V)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 6], np.log1p(np.bincount(x["src"], minlength=V)), rtol=1e-6)
     assert (s[:, 10:policy.MODES] >= 0).all() and (s[:, 10:policy.MODES] <= 1).all()  # depths, normalised
     assert (s[kinds == INPUT, 10] == 0).all() and (s[kinds == OUTPUT, 11] == 0).all()
     assert s[:, 10].max() == 1.0
+    if not prefix:  # the traced graph's depths
+        down, up = g.depths
+        np.testing.assert_allclose(s[:, 10:12], np.stack([down, up], -1) / down.max(), rtol=1e-6)
+    for (i, k) in edges:  # longest paths: an edge's head is deeper than its tail, from either side
+        assert s[k, 10] > s[i, 10] and s[i, 11] > s[k, 11]
     # an edge's "multiplications when its source / destination is eliminated" add up, over
     # a vertex's out-edges / in-edges, to the vertex's elimination cost
     edge = x["edge_features"].astype(np.float64)
     assert set(np.unique(edge[:, 0])) <= {0.0, 1.0}
-    for v in g.intermediates:
+    for v in rest:
         out_e, in_e = x["src"] == v, x["dst"] == v
         np.testing.assert_allclose(np.expm1(edge[out_e, 1]).sum() * scale, direct[v, 0], rtol=1e-4, atol=1e-3)
         np.testing.assert_allclose(np.expm1(edge[in_e, 2]).sum() * scale, direct[v, 0], rtol=1e-4, atol=1e-3)

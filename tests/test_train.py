@@ -100,6 +100,8 @@ def test_unknown_key_wrong_type_and_missing_dataset_are_config_errors(tmp_path):
     ({"dim": C.MAX_DIM * 2, "heads": 4, "layers": 2}, "larger than this model family's limits"),
     ({"dim": 32, "heads": 4, "layers": C.MAX_LAYERS + 1}, "larger than this model family's limits"),
     ({"dim": 30, "heads": 4, "layers": 2}, "must be a positive multiple of network.heads"),
+    ({"dim": 32, "heads": 4, "layers": 2, "encodings": 0}, "network.encodings=0 must be from 1"),
+    ({"dim": 32, "heads": 4, "layers": 2, "encodings": C.MAX_ENCODINGS + 1}, "must be from 1"),
 ])
 def test_networks_over_the_limits_are_config_errors(network, message, tmp_path, capsys):
     with pytest.raises(C.ConfigError, match=message):
@@ -251,8 +253,12 @@ def test_extra_datasets_join_the_training_graphs_without_duplicates(data, tmp_pa
 # batches
 
 
-def test_every_labelled_state_appears_once_per_epoch(data):
-    d = TD.load_split(data, "train", (64, 128, 256), 256)
+@pytest.mark.parametrize("encodings", [1, 3])
+def test_every_labelled_state_appears_once_per_epoch(data, encodings):
+    """Once per epoch, in batches of one bucket; a graph's states in one visit share its
+    encoder pass, so they lie in one stretch of the order where the network encodes the
+    graph ``encodings`` times a game."""
+    d = TD.load_split(data, "train", (64, 128, 256), 256, encodings=encodings)
     assert len(np.unique(d.bucket)) > 1
     tokens, K = 2048, 8
     everything = collections.Counter((i, int(w)) for i, r in enumerate(d.rows) for w in range(len(r["positions"])))
@@ -265,6 +271,9 @@ def test_every_labelled_state_appears_once_per_epoch(data):
             assert len({int(d.bucket[i]) for i, _ in b}) == 1  # one bucket per batch
             assert len(b) <= max(1, tokens // (int(d.bucket[b[0][0]]) * K))
             assert all(1 <= len(which) <= K for _, which in b)
+            for i, which in b:
+                n, pos = len(d.rows[i]["order"]), np.asarray(d.rows[i]["positions"])[which]
+                assert len(set(pos // -(-n // encodings))) == 1
         epochs.append([[(i, list(map(int, w))) for i, w in b] for b in batches])
     assert epochs[0] != epochs[1]  # a new order every epoch
     again = TD.epoch_batches(d, 0, 1, tokens, K)
@@ -272,17 +281,31 @@ def test_every_labelled_state_appears_once_per_epoch(data):
     assert [[(i, list(map(int, w))) for i, w in b] for b in TD.epoch_batches(d, 1, 1, tokens, K)] != epochs[1]
 
 
-def test_a_batch_holds_the_labels_of_its_states(data):
+@pytest.mark.parametrize("encodings", [1, 4])
+def test_a_batch_holds_the_labels_of_its_states(data, encodings):
+    """Each graph slot holds the encoder inputs of the graph left at the start of its
+    states' stretch (the traced graph with one encoding a game) and their labels."""
+    from alphagrad import policy
+
     config = tiny_config(data)
-    d = TD.load_split(data, "train", (64,), 64)
-    visits = TD.epoch_batches(d, 0, 0, config.tokens_per_batch, config.states_per_graph)[0]
+    d = TD.load_split(data, "train", (64,), 64, encodings=encodings)
+    batches = TD.epoch_batches(d, 0, 0, config.tokens_per_batch, config.states_per_graph)
+    visits = next(b for b in batches if encodings == 1 or min(d.stretch(i, np.asarray(d.rows[i]["positions"])[w]).min()
+                                                              for i, w in b) > 0)
     V, E, K, G = TD.batch_shape(d, visits, config)
     assert (V, K, G) == (64, 8, 2) and E >= 4 * 64
     batch = TD.make_batch(d, visits, V, E, K, G)
     for g, (i, which) in enumerate(visits):
         row, n = d.rows[i], d.rows[i]["num_vertices"]
         order = row["order"]
-        assert batch["vmask"][g].sum() == n and batch["num_edges"][g] == row["num_edges"]
+        start = int(d.stretch(i, [row["positions"][min(which)]])[0])
+        graph, ev = d.evaluated(i)
+        inputs = policy.graph_inputs(graph, ev, d.scale(i), order[:start])
+        assert batch["vmask"][g].sum() == n - start and batch["num_edges"][g] == len(inputs["src"])
+        if start == 0:
+            assert batch["num_edges"][g] == row["num_edges"]
+        np.testing.assert_array_equal(batch["static"][g, :n], inputs["static"])
+        np.testing.assert_array_equal(batch["src"][g, :len(inputs["src"])], inputs["src"])
         assert batch["weight"][g].tolist() == [1.0] * len(which) + [0.0] * (K - len(which))
         for k, w in enumerate(sorted(which)):
             t = row["positions"][w]
@@ -370,7 +393,7 @@ def test_run_writes_metrics_checkpoints_and_the_best_model(data, full_run):
     with open(os.path.join(workdir, "config.json")) as f:
         assert C.from_dict(json.load(f)) == tiny_config(data)
     agent = alphagrad.from_pretrained(os.path.join(workdir, "best_model"))
-    assert agent.config["network"] == {"dim": 16, "heads": 2, "layers": 1}
+    assert agent.config["network"] == {"dim": 16, "heads": 2, "layers": 1, "encodings": 1}
     assert agent.max_vertices == tiny_config(data).max_vertices
     # the best model holds the parameters of the best validation step's checkpoint
     meta = _final_state(workdir, tiny_config(data))[2]
@@ -649,7 +672,7 @@ def test_a_dagger_round_labels_the_policys_own_states_and_trains_beside_the_firs
     everything = collections.Counter((i, int(w)) for i, r in enumerate(both.rows) for w in range(len(r["positions"])))
     pair = next(both.siblings(i) for i in range(len(both)) if len(both.siblings(i)) == 2)
     a, b = (both.prepared(j) for j in pair)  # one graph's entries share its encoder inputs
-    assert a["inputs"] is b["inputs"] and both.rows[pair[0]]["order"] != both.rows[pair[1]]["order"]
+    assert a["inputs"][0] is b["inputs"][0] and both.rows[pair[0]]["order"] != both.rows[pair[1]]["order"]
     batches = TD.epoch_batches(both, 0, 0, 1024, 8)
     assert collections.Counter((i, int(w)) for b in batches for i, which in b for w in which) == everything
     # a run started from the model starts from its weights and trains on both sets

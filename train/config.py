@@ -13,6 +13,7 @@ import typing
 
 import yaml
 
+from alphagrad.agent import NETWORK_LIMITS
 from alphagrad.network import NetworkConfig
 
 
@@ -142,6 +143,9 @@ class TrainConfig:
             raise ConfigError(f"network dim={n.dim}, layers={n.layers} is larger than this model family's "
                               f"limits (dim <= {MAX_DIM}, layers <= {MAX_LAYERS}): a network that size "
                               f"would not be cheap per move; lower network.dim or network.layers")
+        if not 1 <= n.encodings <= MAX_ENCODINGS:
+            raise ConfigError(f"network.encodings={n.encodings} must be from 1 (encode the traced graph once) to "
+                              f"{MAX_ENCODINGS} (each encoding costs an encoder pass a game)")
         if len(set(self.data.labels)) != len(self.data.labels):
             raise ConfigError(f"data.labels {list(self.data.labels)} names a label set twice")
         if self.fresh_inputs and not self.init_from:
@@ -173,6 +177,8 @@ class TrainConfig:
 #: Largest network a config may ask for (the decoder runs on every move of every order).
 MAX_DIM = 512
 MAX_LAYERS = 12
+#: The most encodings a game a model config may hold.
+MAX_ENCODINGS = NETWORK_LIMITS["encodings"]
 
 
 def _to_plain(x):

@@ -36,11 +36,15 @@ class LabelledGraphs:
       rows: per graph, the dataset row (graph columns and label columns).
       bucket: per graph, its padded vertex count.
       skipped: graphs left out, by reason (never silently).
+      encodings: how often the network encodes a game's graph
+        (:class:`alphagrad.network.NetworkConfig`): a state's encoder inputs are those of
+        the graph left at the start of its stretch of the labelled order.
     """
 
     rows: list
     bucket: np.ndarray
     skipped: dict
+    encodings: int = 1
     cache: dict = dataclasses.field(default_factory=dict)
     kept: dict = dataclasses.field(default_factory=dict)
     by_graph: dict = dataclasses.field(default_factory=dict)
@@ -67,19 +71,35 @@ class LabelledGraphs:
 
     def prepared(self, i: int) -> dict:
         """What batches need of entry ``i``, computed once and kept (compact: no graph or
-        rule tables): the encoder inputs (shared by the entries of one graph, which are
-        prepared together), and the decoder's features and the cost still to come at
-        every labelled position."""
+        rule tables): the encoder inputs by stretch of the order (:meth:`stretch`; the
+        first shared by the entries of one graph, which are prepared together), and the
+        decoder's features and the cost still to come at every labelled position."""
         if i not in self.cache:
             g, ev = self.evaluated(i)
-            inputs = policy.graph_inputs(g, ev, self.scale(i))
+            first = policy.graph_inputs(g, ev, self.scale(i))
             for j in self.siblings(i):
                 order = np.asarray(self.rows[j]["order"], np.int64)
                 pos = np.asarray(self.rows[j]["positions"], np.int64)
                 raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
+                inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), order[:t]) if t else first
+                          for t in np.unique(self.stretch(j, pos))}
                 self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
                                  "to_go": to_go}
         return self.cache[i]
+
+    def stretch(self, i: int, pos) -> np.ndarray:
+        """Where the stretch of entry ``i``'s order that each of positions ``pos`` lies in
+        starts: the network encodes the graph left there (:attr:`encodings`)."""
+        step = -(-len(self.rows[i]["order"]) // self.encodings)
+        return (np.asarray(pos, np.int64) // step) * step
+
+    def inputs(self, i: int, which) -> dict:
+        """The encoder inputs of the states at labelled positions ``which`` of entry ``i``
+        (indices into the row's ``positions``, all in one stretch)."""
+        starts = np.unique(self.stretch(i, np.asarray(self.rows[i]["positions"], np.int64)[np.asarray(which)]))
+        if len(starts) != 1:
+            raise ValueError(f"positions {list(which)} of entry {i} lie in stretches starting at {starts.tolist()}")
+        return self.prepared(i)["inputs"][int(starts[0])]
 
     def stakes(self, i: int) -> float:
         """How much playing like Markowitz loses on entry ``i``'s graph against its label:
@@ -100,7 +120,7 @@ class LabelledGraphs:
         if dropped:
             skipped["duplicate"] = skipped.get("duplicate", 0) + dropped
         return LabelledGraphs(self.rows + [other.rows[j] for j in keep],
-                              np.concatenate([self.bucket, other.bucket[keep]]), skipped)
+                              np.concatenate([self.bucket, other.bucket[keep]]), skipped, self.encodings)
 
     def siblings(self, i: int) -> list:
         """The entries of graph ``i``'s graph (one per label set that labels it)."""
@@ -115,7 +135,7 @@ class LabelledGraphs:
         prep = self.prepared(i)
         row = self.rows[i]
         order = np.asarray(row["order"], np.int64)
-        n, V = len(order), prep["inputs"]["static"].shape[0]
+        n, V = len(order), int(row["num_vertices"])
         which = np.sort(np.asarray(which))
         pos = np.asarray(row["positions"], np.int64)[which]
         K = len(pos)
@@ -134,11 +154,12 @@ class LabelledGraphs:
 
 
 def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0,
-               labels=("labels",)) -> LabelledGraphs:
+               labels=("labels",), encodings: int = 1) -> LabelledGraphs:
     """The graphs of ``split`` in the dataset at ``path`` joined with their labels (by
     ``graph_hash``) from each label set in ``labels``: one entry per (graph, label row).
     Graphs over ``max_vertices``, without intermediates or without labels in any set
-    are left out and counted in ``skipped``; ``limit`` caps the graphs, not the entries."""
+    are left out and counted in ``skipped``; ``limit`` caps the graphs, not the entries;
+    ``encodings``: :attr:`LabelledGraphs.encodings`."""
     from datasets import load_from_disk
 
     from data_gen.labels import load_labels
@@ -183,21 +204,24 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
         raise ConfigError(f"no labelled graph of split {split!r} fits (max_vertices={max_vertices}; "
                           f"left out: {skipped})")
     bucket = np.asarray([bucket_of(r["num_vertices"], buckets) for r in rows])
-    return LabelledGraphs(rows, bucket, skipped)
+    return LabelledGraphs(rows, bucket, skipped, encodings)
 
 
 def epoch_batches(data: LabelledGraphs, seed: int, epoch: int, tokens_per_batch: int,
                   states_per_graph: int) -> list:
     """One epoch's batches, in order: each a list of ``(graph, position indices)`` of one
-    bucket; every labelled position of every graph appears exactly once."""
+    bucket, the positions of a visit in one stretch of the order (they share its encoder
+    pass: :meth:`LabelledGraphs.stretch`); every labelled position of every graph appears
+    exactly once."""
     rng = np.random.default_rng([seed, epoch, 7])
     batches = []
     for b in np.unique(data.bucket):
         visits = []
         for i in np.flatnonzero(data.bucket == b):
-            P = len(data.rows[i]["positions"])
-            perm = rng.permutation(P)
-            visits += [(int(i), perm[k:k + states_per_graph]) for k in range(0, P, states_per_graph)]
+            starts = data.stretch(i, data.rows[i]["positions"])
+            for t in np.unique(starts):
+                perm = rng.permutation(np.flatnonzero(starts == t))
+                visits += [(int(i), perm[k:k + states_per_graph]) for k in range(0, len(perm), states_per_graph)]
         order = rng.permutation(len(visits))
         per = max(1, tokens_per_batch // (int(b) * states_per_graph))
         batches += [[visits[j] for j in order[k:k + per]] for k in range(0, len(order), per)]
@@ -219,7 +243,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
     }
     for g, (i, which) in enumerate(visits):
-        for k, v in policy.pad_inputs(data.prepared(i)["inputs"], V, E).items():
+        for k, v in policy.pad_inputs(data.inputs(i, which), V, E).items():
             out[k][g] = v
         s = data.states(i, which)
         n, k = s["legal"].shape[1], len(which)
@@ -237,7 +261,7 @@ def batch_shape(data: LabelledGraphs, visits: list, config) -> tuple:
     graph and graphs per batch."""
     V = int(data.bucket[visits[0][0]])
     E = config.edges_per_vertex * V
-    for i, _ in visits:
-        E = max(E, policy.padded(len(data.prepared(i)["inputs"]["src"]), 128))
+    for i, which in visits:
+        E = max(E, policy.padded(len(data.inputs(i, which)["src"]), 128))
     K = config.states_per_graph
     return V, E, K, max(1, config.tokens_per_batch // (V * K))

@@ -59,9 +59,11 @@ def start_params(config: TrainConfig, template):
     from alphagrad.agent import from_pretrained
 
     agent = from_pretrained(config.init_from)
-    if agent.config["network"] != dataclasses.asdict(config.network):
-        raise ConfigError(f"init_from {config.init_from!r} is a network {agent.config['network']}, this run "
-                          f"trains {dataclasses.asdict(config.network)}; set network to match or init_from to \"\"")
+    sizes = lambda net: {k: v for k, v in net.items() if k != "encodings"}  # how it plays may change
+    if sizes(agent.config["network"]) != sizes(dataclasses.asdict(config.network)):
+        raise ConfigError(f"init_from {config.init_from!r} is a network {sizes(agent.config['network'])}, this run "
+                          f"trains {sizes(dataclasses.asdict(config.network))}; set network to match or init_from "
+                          f"to \"\"")
     shapes = jax.tree_util.tree_map(jnp.shape, template)
     if jax.tree_util.tree_map(jnp.shape, agent.params) != shapes:
         raise ConfigError(f"init_from {config.init_from!r} has weights of other shapes than this network's")
@@ -266,12 +268,14 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         raise ConfigError(f"{workdir} already holds a run; pass --resume to continue it or use a new --workdir")
     os.makedirs(workdir, exist_ok=True)
     d = config.data
-    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels)
+    encodings = config.network.encodings
+    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels,
+                            encodings)
     for extra in d.extra_paths:
         train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
-                                                  d.extra_labels))
+                                                  d.extra_labels, encodings))
     val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
-                          d.labels[:1])
+                          d.labels[:1], encodings)
     samples = sum(len(r["positions"]) for r in train_data.rows)
     log.info("train graphs: %d (%d labelled states; left out: %s); validation graphs: %d; device: %s",
              len(train_data), samples, train_data.skipped or "none", len(val_data), jax.devices()[0].platform)
