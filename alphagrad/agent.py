@@ -53,8 +53,8 @@ def init_params(net: PolicyNet, key):
 def widen(params: dict, dim: int) -> dict:
     """``params`` of a model saved before its network read the last features of
     :func:`alphagrad.policy.dynamic_features` (the lookahead, the pressure, the frontier,
-    then the last move's touch: the decoder's first layer has ``dim + NUM_DYNAMIC - k``
-    input rows) or of :func:`alphagrad.policy.graph_inputs` (the forward and reverse
+    then the last move's touch, then the costs in multiplications: the decoder's first
+    layer has ``dim + NUM_DYNAMIC - k`` input rows) or of :func:`alphagrad.policy.graph_inputs` (the forward and reverse
     costs: the encoder's first layer has ``MODES`` input rows), with zero rows for them:
     the policy and value are unchanged (and the rollout skips computing a lookahead,
     pressure or touch of zero weight; the frontier counts are cheap and computed anyway).

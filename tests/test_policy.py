@@ -204,12 +204,13 @@ def test_a_model_saved_before_the_forward_and_reverse_costs_plays_as_it_did(para
     assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
 
 
-@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("RoeFlux_1d", 3), ("random_2", 1), ("random_2", 3),
-                                          ("random_2", 4), ("random_2", 5)])
-def test_a_model_saved_before_the_lookahead_pressure_frontier_or_touch_plays_as_it_did(params, name, missing):
-    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the last
-    move's touch, or before the frontier features too, or the pressure too, or the
-    lookahead too) is widened with zero weights on them: the same logits, hence the same
+@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 3), ("RoeFlux_1d", 6), ("random_2", 3), ("random_2", 4),
+                                          ("random_2", 6), ("random_2", 7), ("random_2", 8)])
+def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_or_absolute_costs_plays_as_it_did(
+        params, name, missing):
+    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the costs in
+    multiplications, or before the last move's touch too, or the frontier features too,
+    or the pressure too, or the lookahead too) is widened with zero weights on them: the same logits, hence the same
     orders, as the narrow decoder, whose rollout never computes the lookahead, pressure
     or touch it lacks."""
     from alphagrad.agent import widen
@@ -361,8 +362,12 @@ def test_dynamic_features_are_the_same_in_numpy_and_jax():
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
     assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
+    u = policy.LOG_UNIT
     np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
-                                         -np.log1p(2.0), 2 / 7, 3 / 9, 1.0], rtol=1e-6)
+                                         -np.log1p(2.0), 2 / 7, 3 / 9, 1.0, np.log1p(1000) / u, np.log1p(90) / u,
+                                         -np.log1p(20) / u], rtol=1e-6)
+    # the same costs on another scale: the relative columns change, the absolute ones do not
+    np.testing.assert_allclose(policy.dynamic_features(raw, scale * 1e6)[..., policy.ABSOLUTE:], a[..., policy.ABSOLUTE:])
     assert list(a[0, 1, 7:9]) == [0.0, 1.0] and list(a[1, 0, 7:9]) == [0.0, 0.0]  # shares of inputs and outputs
     assert list(a[..., policy.RECENT].ravel()) == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # the last move touched it
     assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
