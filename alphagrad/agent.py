@@ -54,29 +54,55 @@ def widen(params: dict, dim: int) -> dict:
     """``params`` of a model saved before its network read the last features of
     :func:`alphagrad.policy.dynamic_features` (the lookahead, the pressure, the frontier,
     then the last move's touch, then the costs in multiplications: the decoder's first
-    layer has ``dim + NUM_DYNAMIC - k`` input rows) or of :func:`alphagrad.policy.graph_inputs` (the forward and reverse
-    costs: the encoder's first layer has ``MODES`` input rows), with zero rows for them:
-    the policy and value are unchanged (and the rollout skips computing a lookahead,
-    pressure or touch of zero weight; the frontier counts are cheap and computed anyway).
-    Other params are returned as they are."""
-    params = _widen(params, "first", dim + policy.NUM_DYNAMIC, policy.NUM_DYNAMIC - policy.LOOKAHEAD, dim)
-    return _widen(params, "embed", policy.NUM_STATIC, policy.NUM_STATIC - policy.MODES, dim)
+    layer has ``dim + NUM_DYNAMIC - k`` input rows) or of
+    :func:`alphagrad.policy.graph_inputs` (the forward and reverse costs, then the cost in
+    multiplications: the encoder's first layer has ``MODES`` or ``STATIC_ABSOLUTE`` input
+    rows; the edge costs in multiplications: each block's message layers have
+    ``EDGE_ABSOLUTE + 3`` input rows), with zero rows for them: the policy and value are
+    unchanged (and the rollout skips computing a lookahead, pressure or touch of zero
+    weight; the frontier counts are cheap and computed anyway). Other params are returned
+    as they are."""
+    params = _widen(params, ("first",), dim + policy.NUM_DYNAMIC, policy.NUM_DYNAMIC - policy.LOOKAHEAD, dim)
+    params = _widen(params, ("embed",), policy.NUM_STATIC, policy.NUM_STATIC - policy.MODES, dim)
+    messages = policy.NUM_EDGE + 3  # the edge's features and its direction
+    for block in sorted(k for k in _layers(params) if k.startswith("blocks_")):
+        for layer in ("ek", "ev"):
+            params = _widen(params, (block, layer), messages, policy.NUM_EDGE - policy.EDGE_ABSOLUTE, dim)
+    return params
 
 
-def _widen(params: dict, layer: str, rows: int, most: int, dim: int) -> dict:
-    """``params`` with ``layer``'s kernel padded with zero input rows up to ``rows``, if it
-    lacks at most ``most`` of them (else unchanged: left to the shape check)."""
+def _layers(params) -> dict:
     try:
-        kernel = params["params"][layer]["kernel"]
+        return dict(params["params"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+
+
+def _widen(params: dict, path: tuple, rows: int, most: int, dim: int) -> dict:
+    """``params`` with the kernel of the layer at ``path`` padded with zero input rows up
+    to ``rows``, if it lacks at most ``most`` of them (else unchanged: left to the shape
+    check)."""
+    try:
+        node = params["params"]
+        for key in path:
+            node = node[key]
+        kernel = node["kernel"]
     except (KeyError, TypeError):
         return params
     shape = tuple(getattr(kernel, "shape", ()))
-    missing = rows - shape[0] if len(shape) == 2 and shape[1] == dim else 0
+    out = int(np.prod(shape[1:])) if len(shape) >= 2 else 0
+    missing = rows - shape[0] if out == dim else 0
     if not 0 < missing <= most:
         return params
-    wide = {**params["params"][layer],
-            "kernel": np.concatenate([np.asarray(kernel), np.zeros((missing, dim), np.float32)])}
-    return {**params, "params": {**params["params"], layer: wide}}
+    wide = {**node, "kernel": np.concatenate([np.asarray(kernel), np.zeros((missing, *shape[1:]), np.float32)])}
+    return {**params, "params": _replace(params["params"], path, wide)}
+
+
+def _replace(tree: dict, path: tuple, value) -> dict:
+    """``tree`` with the entry at ``path`` replaced by ``value`` (copies along the path)."""
+    if len(path) == 1:
+        return {**tree, path[0]: value}
+    return {**tree, path[0]: _replace(tree[path[0]], path[1:], value)}
 
 
 class Agent(hub.AgentHubMixin):

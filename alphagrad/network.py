@@ -71,10 +71,16 @@ class EdgeAttention(nn.Module):
         return (x + nn.Dense(self.dim)(nn.gelu(nn.Dense(4 * self.dim)(h)))) * vmask[:, None]
 
 
+#: Messages carry the edge's first features, then its direction, then its other features
+#: (those models saved before them lack: they are widened with zero weights on them).
+DIRECTION_AT = 3
+
+
 def messages(src, dst, edge_features, num_edges, V: int):
     """The encoder's message list for a graph padded to ``V`` vertices: every edge
     forwards and backwards, and a self loop per vertex, with the edge's features and the
-    direction as message features. Returns ``(send, recv, features, valid)``."""
+    direction as message features (:data:`DIRECTION_AT`). Returns ``(send, recv,
+    features, valid)``."""
     E = src.shape[0]
     real = jnp.arange(E) < num_edges
     loops = jnp.arange(V, dtype=src.dtype)
@@ -83,7 +89,8 @@ def messages(src, dst, edge_features, num_edges, V: int):
     zeros = jnp.zeros((V, edge_features.shape[-1]), edge_features.dtype)
     feats = jnp.concatenate([edge_features, edge_features, zeros])
     direction = jnp.concatenate([jnp.zeros(E, jnp.int32), jnp.ones(E, jnp.int32), jnp.full(V, 2, jnp.int32)])
-    feats = jnp.concatenate([feats, jax.nn.one_hot(direction, 3, dtype=feats.dtype)], -1)
+    feats = jnp.concatenate([feats[:, :DIRECTION_AT], jax.nn.one_hot(direction, 3, dtype=feats.dtype),
+                             feats[:, DIRECTION_AT:]], -1)
     valid = jnp.concatenate([real, real, jnp.ones(V, bool)])
     return send, recv, feats, valid
 

@@ -41,13 +41,18 @@ from alphagrad.evaluator import CAP, OVERFLOW, Evaluator, after, copy_state, eli
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
 
 #: Per-vertex features of :func:`graph_inputs`.
-NUM_STATIC = 14
+NUM_STATIC = 15
 #: The first of :func:`graph_inputs`' static columns that models saved before them lack
-#: (forward's and reverse's cost relative to the scale, the same on every vertex): such a
-#: model is widened with zero weights on them.
-MODES = NUM_STATIC - 2
+#: (forward's and reverse's cost relative to the scale, the same on every vertex, then the
+#: cost in multiplications): such a model is widened with zero weights on them.
+MODES, STATIC_ABSOLUTE = 12, 14
 #: Per-edge features of :func:`graph_inputs`.
-NUM_EDGE = 3
+NUM_EDGE = 5
+#: The first of the edge columns that models saved before them lack (the multiplications
+#: the edge takes part in, counted as such, not relative to the scale): messages carry
+#: them after the edge's direction (:data:`alphagrad.network.DIRECTION_AT`), so such a
+#: model is widened with zero weights on them.
+EDGE_ABSOLUTE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
 #: lookahead, pressure, predecessors and successors that are inputs or outputs (not to be
 #: eliminated), whether the last move touched it (it was the eliminated vertex's neighbour).
@@ -90,7 +95,9 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
     traced): ``static [V, NUM_STATIC]`` and ``edge_features [E, NUM_EDGE]`` float32,
     ``src``/``dst [E]`` int32 (the edges left, fill-in included), ``kinds [V]`` and
     ``mask [V]`` (False on the eliminated vertices, whose rows are zero); costs relative
-    to ``scale`` (the best baseline's cost), forward's and reverse's of what is left."""
+    to ``scale`` (the best baseline's cost), forward's and reverse's of what is left, and
+    again in multiplications (``log1p / LOG_UNIT``: on a graph whose best order costs 1e8
+    the relative ones of most vertices and edges are about 0)."""
     V = graph.num_vertices
     kinds = np.asarray(graph.kinds, np.int64)
     prefix = np.asarray(prefix, np.int64)
@@ -124,10 +131,12 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
         kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
         np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
         np.log1p(costs / s), down / depth, up / depth, np.full(V, modes[0]), np.full(V, modes[1]),
+        np.log1p(costs) / LOG_UNIT,
     ], -1).astype(np.float32) * mask[:, None]
     # the multiplications each edge takes part in when its source / its destination goes
     in_cost, out_cost = edge_costs(V, src, dst, sid, ev.cost_table)
-    edge = np.stack([has_value[sid], np.log1p(in_cost / s), np.log1p(out_cost / s)], -1).astype(np.float32)
+    edge = np.stack([has_value[sid], np.log1p(in_cost / s), np.log1p(out_cost / s),
+                     np.log1p(in_cost) / LOG_UNIT, np.log1p(out_cost) / LOG_UNIT], -1).astype(np.float32)
     return {"static": static, "edge_features": edge, "src": src.astype(np.int32), "dst": dst.astype(np.int32),
             "kinds": kinds.astype(np.int8), "mask": mask}
 

@@ -183,24 +183,38 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
 
 
-def test_a_model_saved_before_the_forward_and_reverse_costs_plays_as_it_did(params):
-    """An encoder of ``MODES`` static inputs (a model trained before the forward and
-    reverse costs were inputs) is widened with zero weights on them: its embeddings, and
-    so its orders, do not depend on them."""
+@pytest.mark.parametrize("first", [policy.MODES, policy.STATIC_ABSOLUTE])
+def test_a_model_saved_before_the_sweep_or_absolute_costs_encodes_as_it_did(params, first):
+    """An encoder of ``first`` static inputs (a model trained before the forward and
+    reverse costs were inputs, or before the costs in multiplications) and of messages
+    without the edge costs in multiplications is widened with zero weights on them: its
+    embeddings, and so its orders, do not depend on them."""
+    from alphagrad import network
     from alphagrad.agent import widen
 
+    assert network.DIRECTION_AT == policy.EDGE_ABSOLUTE  # messages: old edge features, direction, new ones
     dim = NET.config.dim
     narrow = jax.tree_util.tree_map(np.asarray, params)
-    narrow["params"]["embed"]["kernel"] = narrow["params"]["embed"]["kernel"][:policy.MODES]
+    narrow["params"]["embed"]["kernel"] = narrow["params"]["embed"]["kernel"][:first]
+    blocks = [k for k in narrow["params"] if k.startswith("blocks_")]
+    assert blocks
+    for b in blocks:
+        for layer in ("ek", "ev"):
+            narrow["params"][b][layer]["kernel"] = narrow["params"][b][layer]["kernel"][:policy.EDGE_ABSOLUTE + 3]
     wide = widen(narrow, dim)
     assert wide["params"]["embed"]["kernel"].shape == (policy.NUM_STATIC, dim)
-    assert not wide["params"]["embed"]["kernel"][policy.MODES:].any() and widen(wide, dim) is wide
+    assert not wide["params"]["embed"]["kernel"][first:].any() and widen(wide, dim) is wide
+    for b in blocks:
+        for layer in ("ek", "ev"):
+            kernel = wide["params"][b][layer]["kernel"]
+            assert kernel.shape[0] == policy.NUM_EDGE + 3 and not kernel[policy.EDGE_ABSOLUTE + 3:].any()
     g = GRAPHS["RoeFlux_1d"]()
     ev = Evaluator(g)
     x = policy.graph_inputs(g, ev, _scale(g, ev))
-    moved = {**x, "static": x["static"].copy()}
-    moved["static"][:, policy.MODES:] += 3.0
-    np.testing.assert_allclose(policy.embed(NET, wide, x)[0], policy.embed(NET, wide, moved)[0], rtol=1e-6)
+    moved = {**x, "static": x["static"].copy(), "edge_features": x["edge_features"].copy()}
+    moved["static"][:, first:] += 3.0
+    moved["edge_features"][:, policy.EDGE_ABSOLUTE:] += 3.0
+    np.testing.assert_allclose(policy.embed(NET, wide, x)[0], policy.embed(NET, wide, moved)[0], rtol=1e-5)
     assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
 
 
@@ -412,7 +426,7 @@ def test_graph_inputs_shapes_and_contents(name, done):
     direct = _direct_raw(ev, state, rest, V)
     np.testing.assert_allclose(s[:, 9], np.log1p(direct[:, 0] / scale), rtol=1e-5)  # cost now
     spent = ev.cost(prefix)  # the forward and reverse costs of what is left, the same on every vertex
-    np.testing.assert_allclose(s[alive, policy.MODES:], np.broadcast_to(
+    np.testing.assert_allclose(s[alive, policy.MODES:policy.STATIC_ABSOLUTE], np.broadcast_to(
         np.log1p([(ag.cost(g, prefix + rest) - spent) / scale, (ag.cost(g, prefix + rest[::-1]) - spent) / scale]),
         (alive.sum(), 2)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 5], np.log1p(np.bincount(x["dst"], minlength=V)), rtol=1e-6)
@@ -429,6 +443,10 @@ def test_graph_inputs_shapes_and_contents(name, done):
     # a vertex's out-edges / in-edges, to the vertex's elimination cost
     edge = x["edge_features"].astype(np.float64)
     assert set(np.unique(edge[:, 0])) <= {0.0, 1.0}
+    u = policy.LOG_UNIT  # and the same in multiplications
+    np.testing.assert_allclose(s[:, policy.STATIC_ABSOLUTE], np.log1p(direct[:, 0]) / u, rtol=1e-5)
+    np.testing.assert_allclose(np.expm1(edge[:, 3] * u), np.expm1(edge[:, 1]) * scale, rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(np.expm1(edge[:, 4] * u), np.expm1(edge[:, 2]) * scale, rtol=1e-3, atol=1e-2)
     for v in rest:
         out_e, in_e = x["src"] == v, x["dst"] == v
         np.testing.assert_allclose(np.expm1(edge[out_e, 1]).sum() * scale, direct[v, 0], rtol=1e-4, atol=1e-3)
