@@ -62,20 +62,23 @@ def widen(params: dict, dim: int) -> dict:
     unchanged (and the rollout skips computing a lookahead, pressure or touch of zero
     weight; the frontier counts are cheap and computed anyway). Other params are returned
     as they are."""
-    params = _widen(params, ("first",), dim + policy.NUM_DYNAMIC, policy.NUM_DYNAMIC - policy.LOOKAHEAD, dim)
-    params = _widen(params, ("embed",), policy.NUM_STATIC, policy.NUM_STATIC - policy.MODES, dim)
-    messages = policy.NUM_EDGE + 3  # the edge's features and its direction
-    for block in sorted(k for k in _layers(params) if k.startswith("blocks_")):
-        for layer in ("ek", "ev"):
-            params = _widen(params, (block, layer), messages, policy.NUM_EDGE - policy.EDGE_ABSOLUTE, dim)
+    for path, rows, most in input_layers(params, dim):
+        params = _widen(params, path, rows, most, dim)
     return params
 
 
-def _layers(params) -> dict:
+def input_layers(params: dict, dim: int) -> list:
+    """``(path, rows, most)`` of each layer that reads the inputs older models lack: its
+    path in ``params["params"]``, its input rows and how many of the last ones may be
+    missing (what :func:`widen` pads, and ``fresh_inputs`` in training starts afresh)."""
     try:
-        return dict(params["params"])
-    except (KeyError, TypeError, ValueError):
-        return {}
+        blocks = sorted(k for k in params["params"] if k.startswith("blocks_"))
+    except (KeyError, TypeError):
+        blocks = []
+    messages = policy.NUM_EDGE + 3  # the edge's features and its direction
+    return [(("first",), dim + policy.NUM_DYNAMIC, policy.NUM_DYNAMIC - policy.LOOKAHEAD),
+            (("embed",), policy.NUM_STATIC, policy.NUM_STATIC - policy.MODES),
+            *(((b, layer), messages, policy.NUM_EDGE - policy.EDGE_ABSOLUTE) for b in blocks for layer in ("ek", "ev"))]
 
 
 def _widen(params: dict, path: tuple, rows: int, most: int, dim: int) -> dict:

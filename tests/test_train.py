@@ -140,9 +140,10 @@ def test_smoke_main_and_dagger_configs_are_valid():
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
-    """A model saved before the decoder read the last move's touch loads with a zero
-    weight on it (it plays as before); with fresh_inputs the run starts that weight from
-    its own random initialisation instead, and every other weight from the model."""
+    """A model saved before the decoder read the last move's touch (and the encoder the
+    edges' costs in multiplications) loads with zero weights on them (it plays as before);
+    with fresh_inputs the run starts those weights from its own random initialisation
+    instead, and every other weight from the model."""
     from safetensors.numpy import load_file, save_file
 
     workdir, _ = full_run
@@ -150,6 +151,8 @@ def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisat
     shutil.copytree(os.path.join(workdir, "best_model"), narrow)
     weights = load_file(os.path.join(narrow, "model.safetensors"))
     weights["params/first/kernel"] = weights["params/first/kernel"][:-1]  # without the touch
+    edge = "params/blocks_0/ek/kernel"  # and without the edges' costs in multiplications
+    weights[edge] = weights[edge][:-2]
     save_file(weights, os.path.join(narrow, "model.safetensors"))
     config = tiny_config(data, init_from=narrow)
     template = loop.init_params(config, jax.random.key(config.seed))
@@ -160,6 +163,10 @@ def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisat
     np.testing.assert_array_equal(kernel(fresh)[-1], kernel(template)[-1])
     assert kernel(fresh)[-1].any()
     np.testing.assert_array_equal(kernel(fresh)[:-1], kernel(start)[:-1])
+    ek = lambda p: np.asarray(p["params"]["blocks_0"]["ek"]["kernel"])
+    assert not ek(start)[-2:].any() and ek(fresh)[-2:].any()
+    np.testing.assert_array_equal(ek(fresh)[-2:], ek(template)[-2:])
+    np.testing.assert_array_equal(ek(fresh)[:-2], ek(start)[:-2])
     same = jax.tree_util.tree_map(lambda a, b: bool(np.array_equal(a, b)), start["params"]["second"],
                                   fresh["params"]["second"])
     assert all(jax.tree_util.tree_leaves(same))

@@ -69,16 +69,20 @@ def start_params(config: TrainConfig, template):
         raise ConfigError(f"init_from {config.init_from!r} has weights of other shapes than this network's")
     if not config.fresh_inputs:
         return agent.params
-    # the inputs the model was saved without are its first layers' all-zero rows (a
+    # the inputs the model was saved without are its input layers' all-zero rows (a
     # trained row is never exactly zero): they start as the template's
+    from alphagrad.agent import input_layers
+
     params = jax.tree_util.tree_map(np.asarray, agent.params)
-    for layer in ("embed", "first"):
-        kernel = params["params"][layer]["kernel"]
-        new = ~kernel.any(axis=1)
-        params["params"][layer]["kernel"] = np.where(new[:, None], np.asarray(template["params"][layer]["kernel"]),
-                                                     kernel)
+    for path, _, _ in input_layers(params, config.network.dim):
+        node, fresh = params["params"], template["params"]
+        for key in path:
+            node, fresh = node[key], fresh[key]
+        kernel = node["kernel"]
+        new = ~kernel.reshape(kernel.shape[0], -1).any(axis=1)
+        node["kernel"] = np.where(new.reshape(-1, *[1] * (kernel.ndim - 1)), np.asarray(fresh["kernel"]), kernel)
         if new.any():
-            log.info("fresh_inputs: %d input rows of %s start from the random initialisation", new.sum(), layer)
+            log.info("fresh_inputs: %d input rows of %s start from the random initialisation", new.sum(), "/".join(path))
     return params
 
 
