@@ -132,7 +132,7 @@ def test_smoke_main_and_dagger_configs_are_valid():
     assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
     for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
                  "pressure-dagger", "stepped", "modes", "modes-dagger", "modes-dagger2", "screened", "screened2", "touch",
-                 "touch-fresh"):
+                 "touch-fresh", "reencode", "absolute", "absolute-enc", "absolute-dagger"):
         config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
