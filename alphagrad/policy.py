@@ -23,11 +23,12 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   elsewhere.
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
-once (per stretch of moves, for a network of several encodings), each move re-scores only the vertices within two hops of the eliminated one (its
-neighbours alone for a model whose lookahead and pressure weights are zero) with the decoder's
-weights (:func:`alphagrad.network.decoder_weights`; run only for a vertex whose raw numbers
-changed), then takes the best
-(``temperature`` 0) or a Gumbel-perturbed best (a sample of ``softmax(logits / T)``).
+once (per stretch of moves, for a network of several encodings), each move re-scores
+only the vertices within two hops of the eliminated one (its neighbours alone for a
+model whose lookahead and pressure weights are zero) with the decoder's weights
+(:func:`alphagrad.network.decoder_weights`; run only for a vertex whose raw numbers
+changed), then takes the best (``temperature`` 0) or a Gumbel-perturbed best (a sample
+of ``softmax(logits / T)``).
 """
 
 from __future__ import annotations
