@@ -576,6 +576,12 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
     return order, prev[:nprev].copy(), np.int64(0)
 
 
+def moves_per_encoding(n: int, encodings: int) -> int:
+    """The moves of a game of ``n`` between two encodings of its graph (the last stretch
+    may be shorter): what :meth:`Player.play` plays and training's states are grouped by."""
+    return -(-n // encodings)
+
+
 def padded(n: int, minimum: int) -> int:
     """The padded size of ``n`` (a power of two, at least ``minimum``): few distinct
     shapes, so the encoder compiles a few times, not once per graph."""
@@ -648,12 +654,12 @@ class Player:
         self._bind(graph, scale, ev)
         self.net, self.params, self.encode = net, params, encode
         self.encodings = net.config.encodings
-        self.inputs = graph_inputs(graph, self.ev, self.scale)
+        self.compile_seconds = 0.0
+        inputs = graph_inputs(graph, self.ev, self.scale)
         if encode:
-            h, self.compile_seconds = embed(net, params, self.inputs)
+            self.weights = self._weights(inputs)
         else:  # zero embeddings: plays the same compiled code (to compile it), not the network's orders
-            h, self.compile_seconds = np.zeros((graph.num_vertices, net.config.dim), np.float32), 0.0
-        self.weights = decoder_weights(params, h)
+            self.weights = decoder_weights(params, np.zeros((graph.num_vertices, net.config.dim), np.float32))
 
     def _bind(self, graph: Graph, scale: float, ev: Evaluator | None):
         """What every player keeps of its graph: the graph, its evaluator, the cost scale
@@ -673,32 +679,34 @@ class Player:
         if n == 0:
             return []
         ev = self.ev
-        step = -(-n // self.encodings)
+        step = moves_per_encoding(n, self.encodings)
         order: list[int] = []
         touched = np.zeros(0, np.int64)
         weights = self.weights
         for start in range(0, n, step):
-            if start and self.encode:
-                weights = self.weights_after(order)
             done = np.asarray(order, np.int64)
-            rest = np.setdiff1d(self.inter, done)
+            play = rollout
+            if start:  # from the state after the moves so far, on the graph left encoded anew
+                if self.encode:
+                    weights = self._weights(graph_inputs(self.graph, ev, self.scale, done))
 
-            def play_on(state0, *args):  # from the state after the moves so far
-                state, flag = after(state0, done, ev.compose, ev.join, ev.cost_table)
-                return (None, None, flag) if flag == OVERFLOW else rollout(state, *args)
+                def play(state0, *args):
+                    state, flag = after(state0, done, ev.compose, ev.join, ev.cost_table)
+                    return (None, None, flag) if flag == OVERFLOW else rollout(state, *args)
 
-            moves, touched, _ = ev.run(play_on, rest, ev.compose, ev.join, ev.cost_table, 1.0 / self.scale,
-                                       *weights, float(temperature), int(seed) + start, self.static,
-                                       float(self.beta), step, touched)
+            moves, touched, _ = ev.run(play, np.setdiff1d(self.inter, done), ev.compose, ev.join, ev.cost_table,
+                                       1.0 / self.scale, *weights, float(temperature), int(seed) + start,
+                                       self.static, float(self.beta), step, touched)
             order += [int(v) for v in moves]
         return order
 
-    def weights_after(self, prefix) -> tuple:
-        """The decoder's weights (:func:`alphagrad.network.decoder_weights`) on the graph
-        left after ``prefix``, encoded anew."""
+    def _weights(self, inputs: dict) -> tuple:
+        """The decoder's weights (:func:`alphagrad.network.decoder_weights`) on the
+        embeddings of ``inputs`` (:func:`graph_inputs`); adds the encoder's compile time
+        to ``compile_seconds``."""
         from alphagrad.network import decoder_weights
 
-        h, seconds = embed(self.net, self.params, graph_inputs(self.graph, self.ev, self.scale, prefix))
+        h, seconds = embed(self.net, self.params, inputs)
         self.compile_seconds += seconds
         return decoder_weights(self.params, h)
 

@@ -90,7 +90,7 @@ class LabelledGraphs:
     def stretch(self, i: int, pos) -> np.ndarray:
         """Where the stretch of entry ``i``'s order that each of positions ``pos`` lies in
         starts: the network encodes the graph left there (:attr:`encodings`)."""
-        step = -(-len(self.rows[i]["order"]) // self.encodings)
+        step = policy.moves_per_encoding(len(self.rows[i]["order"]), self.encodings)
         return (np.asarray(pos, np.int64) // step) * step
 
     def inputs(self, i: int, which) -> dict:
