@@ -256,6 +256,38 @@ def test_extra_datasets_join_the_training_graphs_without_duplicates(data, tmp_pa
         C.from_dict({"data": {"path": data, "extra_paths": [str(tmp_path / "nowhere")]}}).validate()
 
 
+def test_large_validation_moves_large_training_graphs_to_validation(data, tmp_path, caplog):
+    """data.large_validation: the validation split holds small graphs only, so that many
+    training graphs of data.large_from+ intermediates (the smallest hashes) leave training,
+    join validation and are reported apart (val_large_ratio)."""
+    base = TD.load_split(data, "train", (64,), 64)
+    sizes = sorted(r["num_intermediates"] for r in base.rows)
+    large_from = sizes[len(sizes) // 2]
+    chosen = TD.large_graphs(base, 3, large_from, "labels")
+    big = sorted(r["graph_hash"] for r in base.rows if r["num_intermediates"] >= large_from)
+    assert chosen == set(big[:3])
+    shuffled = TD.LabelledGraphs(base.rows[::-1], base.bucket[::-1], {})
+    assert TD.large_graphs(shuffled, 3, large_from, "labels") == chosen  # whatever order the rows come in
+    kept, held = base.split_off(chosen, "labels")
+    assert {r["graph_hash"] for r in held.rows} == chosen and len(held) == 3
+    assert not chosen & {r["graph_hash"] for r in kept.rows} and len(kept) == len(base) - 3
+    assert kept.skipped["large validation"] == 3
+    workdir = str(tmp_path / "run")
+    with caplog.at_level("INFO", logger="train"):
+        loop.train(tiny_config(data, **{"data.large_validation": 3, "data.large_from": large_from, "steps": 1}),
+                   workdir, progress=False, tensorboard=False)
+    assert f"train graphs: {len(base) - 3} " in caplog.text and "'large validation': 3" in caplog.text
+    validation = len(TD.load_split(data, "validation", (64,), 64, 4))  # data.max_validation_graphs 4
+    assert f"validation graphs: {validation + 3};" in caplog.text
+    row = _metrics(workdir)[-1]
+    assert 0 < float(row["val_large_ratio"]) and row["val_ratio"] != ""
+    with pytest.raises(C.ConfigError, match="large_validation=99 asks for more training graphs"):
+        loop.train(tiny_config(data, **{"data.large_validation": 99, "steps": 1}), str(tmp_path / "run2"),
+                   progress=False, tensorboard=False)
+    with pytest.raises(C.ConfigError, match="large_validation must be >= 0"):
+        tiny_config(data, **{"data.large_validation": -1}).validate()
+
+
 # ---------------------------------------------------------------------------------
 # batches
 

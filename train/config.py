@@ -31,6 +31,12 @@ class DataConfig:
       train_split, validation_split: split names.
       max_train_graphs: use at most this many training graphs (0: all).
       max_validation_graphs: validate on the first this many graphs of the split.
+      large_validation: move this many training graphs of at least ``large_from``
+        intermediates (those of the smallest hashes, labelled by the first of ``labels``)
+        from training to validation: the validation split holds small graphs only, so
+        without them the best model is picked blind to large ones (``val_large_ratio``
+        reports them apart).
+      large_from: what counts as large (the held-out large graphs have 300+ intermediates).
       max_vertices: graphs with more vertices are left out (and counted in the log);
         at most the largest bucket.
       labels: label sets under ``path`` to train on, each made by ``python -m data_gen
@@ -51,6 +57,8 @@ class DataConfig:
     validation_split: str = "validation"
     max_train_graphs: int = 0
     max_validation_graphs: int = 64
+    large_validation: int = 0
+    large_from: int = 300
     max_vertices: int = 2048
 
 
@@ -146,6 +154,9 @@ class TrainConfig:
         if not 1 <= n.encodings <= MAX_ENCODINGS:
             raise ConfigError(f"network.encodings={n.encodings} must be from 1 (encode the traced graph once) to "
                               f"{MAX_ENCODINGS} (each encoding costs an encoder pass a game)")
+        if self.data.large_validation < 0 or self.data.large_from < 1:
+            raise ConfigError(f"data.large_validation must be >= 0 and data.large_from >= 1, got "
+                              f"{self.data.large_validation} and {self.data.large_from}")
         if len(set(self.data.labels)) != len(self.data.labels):
             raise ConfigError(f"data.labels {list(self.data.labels)} names a label set twice")
         if self.fresh_inputs and not self.init_from:

@@ -122,6 +122,21 @@ class LabelledGraphs:
         return LabelledGraphs(self.rows + [other.rows[j] for j in keep],
                               np.concatenate([self.bucket, other.bucket[keep]]), skipped, self.encodings)
 
+    def split_off(self, hashes: set, label_set: str) -> tuple["LabelledGraphs", "LabelledGraphs"]:
+        """``(these graphs but those in hashes, the entries of those from label_set)``:
+        graphs taken out of training to validate on (counted in the first's ``skipped``)."""
+        keep = np.asarray([j for j, r in enumerate(self.rows) if r["graph_hash"] not in hashes], np.int64)
+        took = np.asarray([j for j, r in enumerate(self.rows)
+                           if r["graph_hash"] in hashes and r["label_set"] == label_set], np.int64)
+        skipped = dict(self.skipped)
+        if len(took):
+            skipped["large validation"] = len(took)
+
+        def part(idx, left_out):
+            return LabelledGraphs([self.rows[j] for j in idx], self.bucket[idx], left_out, self.encodings)
+
+        return part(keep, skipped), part(took, {})
+
     def siblings(self, i: int) -> list:
         """The entries of graph ``i``'s graph (one per label set that labels it)."""
         if not self.by_graph:
@@ -196,7 +211,7 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                 raise ConfigError(f"the labels {name!r} of graph {row['graph_hash']} in {path!r} do not match the "
                                   f"graph (another build?); rebuild them with `python -m data_gen label --data "
                                   f"{path}` after deleting {path}/{name}")
-            rows.append({**row, **label})
+            rows.append({**row, **label, "label_set": name})
         graphs += 1
         if limit and graphs >= limit:
             break
@@ -205,6 +220,19 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                           f"left out: {skipped})")
     bucket = np.asarray([bucket_of(r["num_vertices"], buckets) for r in rows])
     return LabelledGraphs(rows, bucket, skipped, encodings)
+
+
+def large_graphs(data: LabelledGraphs, count: int, large_from: int, label_set: str) -> set:
+    """The hashes of ``count`` graphs of ``data`` with at least ``large_from`` intermediates
+    and labels in ``label_set``: those of the smallest hashes (the same whatever order the
+    data come in)."""
+    hashes = sorted({r["graph_hash"] for r in data.rows
+                     if r["num_intermediates"] >= large_from and r["label_set"] == label_set})
+    if len(hashes) < count:
+        raise ConfigError(f"data.large_validation={count} asks for more training graphs of {large_from}+ "
+                          f"intermediates labelled by {label_set!r} than there are ({len(hashes)}); lower it, "
+                          f"or build more with `python -m data_gen build --large-train N`")
+    return set(hashes[:count])
 
 
 def epoch_batches(data: LabelledGraphs, seed: int, epoch: int, tokens_per_batch: int,

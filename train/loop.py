@@ -35,7 +35,7 @@ import optax
 from alphagrad import policy
 from alphagrad.network import PolicyNet, policy_loss
 from train.config import ConfigError, TrainConfig
-from train.data import LabelledGraphs, batch_shape, epoch_batches, load_split, make_batch
+from train.data import LabelledGraphs, batch_shape, epoch_batches, large_graphs, load_split, make_batch
 
 log = logging.getLogger("train")
 
@@ -117,10 +117,11 @@ def _eval_fn(net, value_weight: float, regret_weight: float):
 def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
     """``val_ratio``: geometric mean over the validation graphs of the network's greedy
     order's cost over the best baseline's; ``val_label_ratio``: the same for the labels'
-    annealed orders (what the targets could reach); ``val_loss``/``val_excess``/
-    ``val_accuracy`` on their labelled states. Graphs whose best baseline costs 0 have
-    no ratio."""
-    ratios, label_ratios = [], []
+    annealed orders (what the targets could reach); ``val_large_ratio``: ``val_ratio`` of
+    the graphs of ``data.large_from`` or more intermediates, when there are any
+    (``data.large_validation``); ``val_loss``/``val_excess``/``val_accuracy`` on their
+    labelled states. Graphs whose best baseline costs 0 have no ratio."""
+    ratios, label_ratios, large = [], [], []
     for i in range(len(data)):
         if data.rows[i]["best_baseline"] == 0:  # nothing to gain: no ratio
             continue
@@ -128,8 +129,12 @@ def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
         player = policy.Player(net, params, g, data.scale(i), ev)
         ratios.append(ev.cost(player.play()) / data.scale(i))
         label_ratios.append(data.rows[i]["cost"] / data.scale(i))
-    out = {"val_ratio": float(np.exp(np.mean(np.log(ratios)))) if ratios else 1.0,
-           "val_label_ratio": float(np.exp(np.mean(np.log(label_ratios)))) if ratios else 1.0}
+        large.append(data.rows[i]["num_intermediates"] >= config.data.large_from)
+    ratios, label_ratios, large = np.asarray(ratios), np.asarray(label_ratios), np.asarray(large, bool)
+    out = {"val_ratio": float(np.exp(np.mean(np.log(ratios)))) if len(ratios) else 1.0,
+           "val_label_ratio": float(np.exp(np.mean(np.log(label_ratios)))) if len(ratios) else 1.0}
+    if large.any():
+        out["val_large_ratio"] = float(np.exp(np.mean(np.log(ratios[large]))))
     metrics = []
     for visits in epoch_batches(data, 0, 0, config.tokens_per_batch, config.states_per_graph):
         V, E, K, G = batch_shape(data, visits, config)
@@ -280,6 +285,10 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
                                                   d.extra_labels, encodings))
     val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
                           d.labels[:1], encodings)
+    if d.large_validation:
+        large = large_graphs(train_data, d.large_validation, d.large_from, d.labels[0])
+        train_data, held = train_data.split_off(large, d.labels[0])
+        val_data = val_data.joined(held)
     samples = sum(len(r["positions"]) for r in train_data.rows)
     log.info("train graphs: %d (%d labelled states; left out: %s); validation graphs: %d; device: %s",
              len(train_data), samples, train_data.skipped or "none", len(val_data), jax.devices()[0].platform)
