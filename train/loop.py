@@ -130,11 +130,14 @@ def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
         ratios.append(ev.cost(player.play()) / data.scale(i))
         label_ratios.append(data.rows[i]["cost"] / data.scale(i))
         large.append(data.rows[i]["num_intermediates"] >= config.data.large_from)
-    ratios, label_ratios, large = np.asarray(ratios), np.asarray(label_ratios), np.asarray(large, bool)
-    out = {"val_ratio": float(np.exp(np.mean(np.log(ratios)))) if len(ratios) else 1.0,
-           "val_label_ratio": float(np.exp(np.mean(np.log(label_ratios)))) if len(ratios) else 1.0}
+
+    def geomean(xs):
+        return float(np.exp(np.mean(np.log(xs)))) if len(xs) else 1.0
+
+    ratios, large = np.asarray(ratios), np.asarray(large, bool)
+    out = {"val_ratio": geomean(ratios), "val_label_ratio": geomean(label_ratios)}
     if large.any():
-        out["val_large_ratio"] = float(np.exp(np.mean(np.log(ratios[large]))))
+        out["val_large_ratio"] = geomean(ratios[large])
     metrics = []
     for visits in epoch_batches(data, 0, 0, config.tokens_per_batch, config.states_per_graph):
         V, E, K, G = batch_shape(data, visits, config)
