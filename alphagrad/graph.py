@@ -52,6 +52,20 @@ class Branch:
         return f"branch {k} of {self.count}{which} of the `{self.primitive}` at {self.source}"
 
 
+def longest_paths(V: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(down, up)`` of the edges ``src -> dst`` over vertices numbered topologically: per
+    vertex, the edges on the longest path from a vertex without predecessors, and to one
+    without successors. Plain numpy, so that :mod:`alphagrad.policy` compiles the same
+    function for the graph left after some moves."""
+    down = np.zeros(V, np.int64)
+    up = np.zeros(V, np.int64)
+    for e in np.argsort(dst, kind="mergesort"):
+        down[dst[e]] = max(down[dst[e]], down[src[e]] + 1)
+    for e in np.argsort(-src, kind="mergesort"):
+        up[src[e]] = max(up[src[e]], up[dst[e]] + 1)
+    return down, up
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Graph:
     """A traced function as a graph of vertices (values) and edges (local Jacobians).
@@ -123,13 +137,8 @@ class Graph:
     def depths(self) -> tuple[np.ndarray, np.ndarray]:
         """``(down, up)``: per vertex, the number of edges on the longest path from any
         input to it, and from it to any output (vertices are numbered topologically)."""
-        down = np.zeros(self.num_vertices, np.int64)
-        up = np.zeros(self.num_vertices, np.int64)
-        for e in sorted(self.edges, key=lambda e: e.dst):
-            down[e.dst] = max(down[e.dst], down[e.src] + 1)
-        for e in sorted(self.edges, key=lambda e: -e.src):
-            up[e.src] = max(up[e.src], up[e.dst] + 1)
-        return down, up
+        return longest_paths(self.num_vertices, np.asarray([e.src for e in self.edges], np.int64),
+                             np.asarray([e.dst for e in self.edges], np.int64))
 
     @functools.cached_property
     def false_twins(self) -> tuple:

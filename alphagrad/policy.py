@@ -38,8 +38,9 @@ import math
 import numba
 import numpy as np
 
-from alphagrad.evaluator import CAP, OVERFLOW, Evaluator, after, copy_state, eliminate, saturating_add, vertex_cost
-from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph
+from alphagrad.evaluator import (CAP, OVERFLOW, Evaluator, after, copy_state, eliminate, order_cost, saturating_add,
+                                 vertex_cost)
+from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT, Graph, longest_paths
 
 #: Per-vertex features of :func:`graph_inputs`.
 NUM_STATIC = 15
@@ -126,8 +127,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))
     # which side a sweep of what is left would start from: its forward and reverse costs
-    spent = ev.cost(prefix) if len(prefix) else 0
-    modes = [math.log1p((ev.cost([*prefix, *o]) - spent) / s) for o in (rest, rest[::-1])]
+    modes = [math.log1p(_rest_cost(ev, state, prefix, o) / s) for o in (rest, rest[::-1])]
     static = np.stack([
         kinds == INPUT, kinds == INTERMEDIATE, kinds == OUTPUT,
         np.log1p(sizes), np.log1p(ndim), np.log1p(ind), np.log1p(outd), np.log1p(unit_in), np.log1p(unit_out),
@@ -140,6 +140,16 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
                      np.log1p(in_cost) / LOG_UNIT, np.log1p(out_cost) / LOG_UNIT], -1).astype(np.float32)
     return {"static": static, "edge_features": edge, "src": src.astype(np.int32), "dst": dst.astype(np.int32),
             "kinds": kinds.astype(np.int8), "mask": mask}
+
+
+def _rest_cost(ev: Evaluator, state, prefix, rest) -> int:
+    """Multiplications of eliminating ``rest`` from ``state`` (the state after ``prefix``),
+    without eliminating the prefix again; exactly, through whole orders, past the cap or
+    where a pool would fill up."""
+    c = int(order_cost(state, np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table))
+    if c == OVERFLOW or c >= CAP:
+        return ev.cost([*prefix, *rest]) - (ev.cost(prefix) if len(prefix) else 0)
+    return c
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,18 +170,8 @@ def edges_of(state):
     return src, dst, sid
 
 
-@numba.njit(cache=True, nogil=True)
-def depths(V, src, dst):
-    """``(down, up)`` of the edges ``src -> dst`` (ids topological): per vertex, the edges
-    on the longest path from a vertex without predecessors, and to one without
-    successors (as :attr:`alphagrad.graph.Graph.depths` for the traced graph)."""
-    down = np.zeros(V, np.int64)
-    up = np.zeros(V, np.int64)
-    for e in np.argsort(dst, kind="mergesort"):
-        down[dst[e]] = max(down[dst[e]], down[src[e]] + 1)
-    for e in np.argsort(-src, kind="mergesort"):
-        up[src[e]] = max(up[src[e]], up[dst[e]] + 1)
-    return down, up
+#: :func:`alphagrad.graph.longest_paths` compiled: the depths of the graph left after a prefix.
+depths = numba.njit(cache=True, nogil=True)(longest_paths)
 
 
 @numba.njit(cache=True, nogil=True)
