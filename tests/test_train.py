@@ -132,7 +132,8 @@ def test_smoke_main_and_dagger_configs_are_valid():
     assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
     for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
                  "pressure-dagger", "stepped", "modes", "modes-dagger", "modes-dagger2", "screened", "screened2", "touch",
-                 "touch-fresh", "reencode", "absolute", "absolute-enc", "absolute-dagger"):
+                 "touch-fresh", "reencode", "absolute", "absolute-enc", "absolute-dagger", "absolute-dagger2",
+                 "absolute-dagger2-lv", "absolute-dagger3", "absolute-dagger3-ema"):
         config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
@@ -538,6 +539,8 @@ def _final_state(workdir, config, step=None):
 
     params = loop.init_params(config, jax.random.key(config.seed))
     template = {"params": params, "opt_state": loop.optimizer(config).init(params)}
+    if config.ema_decay:
+        template["ema"] = params
     manager = loop._manager(workdir, config)
     try:
         step = manager.latest_step() if step is None else step
@@ -607,6 +610,44 @@ def test_max_seconds_stops_with_a_checkpoint_and_the_run_resumes(data, full_run,
     assert [int(r["step"]) for r in _metrics(workdir)] == [1]
     out = loop.train(config, workdir, resume=True, progress=False, tensorboard=False, stop_after=3)
     assert out["step"] == 4 and _final_state(workdir, config)[0] == 4
+
+
+def test_weight_average_is_what_validation_measures_and_resumes_exactly(data, interrupted, tmp_path):
+    """``ema_decay``: the checkpoints carry the running average of the weights, each step
+    moves it ``1 - ema_decay`` of the way to the new weights, the best model is the average
+    at the best step (validation measures it), and a resumed run equals an uninterrupted
+    one; turning the average on or off mid-run, or a decay outside [0, 1), is an error."""
+    from alphagrad import hub
+
+    config = tiny_config(data, ema_decay=0.5)
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    loop.train(config, full, progress=False, tensorboard=False)
+    loop.train(config, part, stop_after=8, progress=False, tensorboard=False)
+    _, before, _ = _final_state(part, config)
+    out = loop.train(config, part, resume=True, stop_after=1, progress=False, tensorboard=False)
+    assert out["step"] == 9
+    for avg, old, new in zip(*(jax.tree_util.tree_leaves(jax.device_get(t))
+                               for t in (out["ema"], before["ema"], out["params"]))):
+        np.testing.assert_allclose(np.asarray(avg), 0.5 * np.asarray(old) + 0.5 * np.asarray(new), rtol=1e-6)
+    loop.train(config, part, resume=True, progress=False, tensorboard=False)
+    _assert_same_run(part, full, config)
+    rows = _metrics(full)
+    best_step = int(min(rows, key=lambda r: float(r["val_ratio"]))["step"])
+    _, state, _ = _final_state(full, config, step=best_step)
+    _, params = hub.load_files(os.path.join(full, "best_model"))
+    best = jax.tree_util.tree_leaves(params)
+    for a, b in zip(best, jax.tree_util.tree_leaves(jax.device_get(state["ema"]))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any(not np.array_equal(a, b) for a, b in zip(best, jax.tree_util.tree_leaves(state["params"])))
+    with pytest.raises(C.ConfigError, match="ema_decay"):
+        loop.train(tiny_config(data), full, resume=True, progress=False, tensorboard=False)
+    plain = str(tmp_path / "plain")
+    shutil.copytree(interrupted, plain)
+    with pytest.raises(C.ConfigError, match="ema_decay"):
+        loop.train(tiny_config(data, ema_decay=0.9), plain, resume=True, progress=False, tensorboard=False)
+    for bad in (1.0, -0.1):
+        with pytest.raises(C.ConfigError, match="ema_decay must be in"):
+            tiny_config(data, ema_decay=bad).validate()
 
 
 def test_changed_config_keys_are_listed_for_the_resume_warning(data, interrupted, tmp_path):

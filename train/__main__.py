@@ -90,7 +90,7 @@ def main(argv=None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                   for k, v in out.items() if k != "params"))
+                   for k, v in out.items() if isinstance(v, (int, float))))
     return 0
 
 

@@ -110,6 +110,12 @@ def update_fn(net, value_weight: float, regret_weight: float, tx):
 
 
 @functools.lru_cache(maxsize=None)
+def ema_fn(decay: float):
+    """The jitted ``(average, params) -> average``: ``decay * average + (1 - decay) * params``."""
+    return jax.jit(lambda average, params: optax.incremental_update(params, average, 1.0 - decay))
+
+
+@functools.lru_cache(maxsize=None)
 def _eval_fn(net, value_weight: float, regret_weight: float):
     return jax.jit(lambda params, batch: policy_loss(net, params, batch, value_weight, regret_weight))
 
@@ -165,11 +171,11 @@ def _manager(workdir: str, config: TrainConfig):
     return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")), options=options)
 
 
-def _save(manager, step: int, params, opt_state, meta: dict, metrics: dict | None):
+def _save(manager, step: int, state: dict, meta: dict, metrics: dict | None):
     import orbax.checkpoint as ocp
 
     manager.save(step, args=ocp.args.Composite(
-        train_state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+        train_state=ocp.args.StandardSave(state),
         meta=ocp.args.JsonSave(meta),
     ), metrics=metrics, force=True)
 
@@ -299,7 +305,12 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     saved = os.path.join(workdir, "config.json")
     if resume and os.path.exists(saved):
         with open(saved) as f:
-            changed = _changed_keys(json.load(f), config.to_dict())
+            old = json.load(f)
+        if bool(old.get("ema_decay", 0.0)) != bool(config.ema_decay):
+            raise ConfigError(f"{workdir}'s checkpoints were written with ema_decay {old.get('ema_decay', 0.0)}, "
+                              f"this config has {config.ema_decay}: the average of the weights cannot be "
+                              f"turned on or off mid-run; resume with the run's ema_decay or use a new --workdir")
+        changed = _changed_keys(old, config.to_dict())
         if changed:
             warnings.warn(f"resuming with a changed config: {', '.join(changed)}; the run is no longer "
                           f"the same as an uninterrupted one", stacklevel=2)
@@ -310,14 +321,15 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     params = init_params(config, jax.random.key(config.seed))
     if config.init_from:
         params = start_params(config, params)
-    opt_state = tx.init(params)
+    state = {"params": params, "opt_state": tx.init(params)}
+    if config.ema_decay:  # the average starts at the first weights
+        state["ema"] = params
     manager = _manager(workdir, config)
     start, meta = 0, {"best_val_ratio": None, "wall_s": 0.0, "samples": 0}
     if resume:
-        restored = _restore(manager, workdir, {"params": params, "opt_state": opt_state})
+        restored = _restore(manager, workdir, state)
         if restored is not None:
             start, state, meta = restored
-            params, opt_state = state["params"], state["opt_state"]
             log.info("resumed from step %d", start)
     metrics_out = Metrics(workdir, start, tensorboard)
     update = update_fn(net, config.value_weight, config.regret_weight, tx)
@@ -329,7 +341,9 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         epoch, visits = schedule(step)
         V, E, K, G = batch_shape(train_data, visits, config)
         batch = make_batch(train_data, visits, V, E, K, G, config.stakes_weight)
-        params, opt_state, aux = update(params, opt_state, batch)
+        state["params"], state["opt_state"], aux = update(state["params"], state["opt_state"], batch)
+        if config.ema_decay:
+            state["ema"] = ema_fn(config.ema_decay)(state["ema"], state["params"])
         window.append({k: float(v) for k, v in aux.items()})
         meta["samples"] = meta.get("samples", 0) + int(batch["weight"].sum())
         step += 1
@@ -340,14 +354,15 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         if step % config.eval_every == 0 or step == config.steps or out_of_time:
             row = {k: float(np.mean([w[k] for w in window])) for k in window[0]}
             window = []
-            row.update(validate(net, params, val_data, config))
+            model = state.get("ema", state["params"])  # what validation measures and the best model holds
+            row.update(validate(net, model, val_data, config))
             row["epoch"] = epoch
             ckpt_metrics = {"val_ratio": row["val_ratio"]}
             # ties go to the newest step: the checkpoint orbax's BestN keeps of equal metrics
             if meta["best_val_ratio"] is None or row["val_ratio"] <= meta["best_val_ratio"]:
                 meta["best_val_ratio"] = row["val_ratio"]
                 meta["best_step"] = step
-                export_model(os.path.join(workdir, "best_model"), config, params,
+                export_model(os.path.join(workdir, "best_model"), config, model,
                              {"step": step, "wall_s": round(wall0 + time.time() - t0, 1),
                               "samples": meta["samples"], **{k: round(v, 5) for k, v in row.items()}})
         meta["wall_s"] = wall0 + time.time() - t0
@@ -360,14 +375,14 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         bar.set_postfix(loss=f"{window[-1]['loss']:.3g}" if window else "", epoch=f"{epoch:.2f}")
         if step % config.checkpoint_every == 0 or step == config.steps or ckpt_metrics is not None:
             meta["window"] = window  # so that a resumed run's next row averages the same steps
-            _save(manager, step, params, opt_state, meta, ckpt_metrics)
+            _save(manager, step, state, meta, ckpt_metrics)
         if out_of_time:
             log.info("stopping after %.0f s at step %d (max_seconds); resume with --resume", time.time() - t0, step)
             break
     bar.close()
     metrics_out.close()
     manager.wait_until_finished()
-    return {"step": step, "params": params, **last}
+    return {"step": step, **state, **last}
 
 
 def _record_data(workdir: str, config: TrainConfig, graphs: int, states: int, skipped: dict, validation: int):
