@@ -10,8 +10,9 @@ order on validation graphs (``val_ratio``: geometric mean of its cost over the b
 baseline's) and measures the loss on their labels.
 
 Everything random derives from ``(config.seed, step)``; a checkpoint holds the parameters,
-the optimiser state and the step, so a resumed run continues exactly as an uninterrupted
-one, on any machine with the same data (which ``data_gen`` rebuilds from its seeds).
+the optimiser state, the average of the weights (``ema_decay``) and the step, so a resumed
+run continues exactly as an uninterrupted one, on any machine with the same data (which
+``data_gen`` rebuilds from its seeds).
 """
 
 from __future__ import annotations
