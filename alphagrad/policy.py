@@ -148,7 +148,7 @@ def _rest_cost(ev: Evaluator, state, prefix, rest) -> int:
     where a pool would fill up."""
     c = int(order_cost(state, np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table))
     if c == OVERFLOW or c >= CAP:
-        return ev.cost([*prefix, *rest]) - (ev.cost(prefix) if len(prefix) else 0)
+        return ev.cost([*prefix, *rest]) - ev.cost(prefix)
     return c
 
 

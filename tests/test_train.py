@@ -537,10 +537,7 @@ def _final_state(workdir, config, step=None):
     """(step, {params, opt_state}, meta) of the newest checkpoint (or of ``step``)."""
     import orbax.checkpoint as ocp
 
-    params = loop.init_params(config, jax.random.key(config.seed))
-    template = {"params": params, "opt_state": loop.optimizer(config).init(params)}
-    if config.ema_decay:
-        template["ema"] = params
+    template = loop.initial_state(config, loop.init_params(config, jax.random.key(config.seed)), loop.optimizer(config))
     manager = loop._manager(workdir, config)
     try:
         step = manager.latest_step() if step is None else step

@@ -87,6 +87,15 @@ def start_params(config: TrainConfig, template):
     return params
 
 
+def initial_state(config: TrainConfig, params, tx) -> dict:
+    """What a checkpoint holds before the first update: the weights, ``tx``'s state and,
+    with ``ema_decay``, the weights' average (which starts at the first weights)."""
+    state = {"params": params, "opt_state": tx.init(params)}
+    if config.ema_decay:
+        state["ema"] = params
+    return state
+
+
 def optimizer(config: TrainConfig):
     schedule = optax.warmup_cosine_decay_schedule(0.0, config.learning_rate, max(config.warmup_steps, 1),
                                                   max(config.steps, config.warmup_steps + 1),
@@ -322,9 +331,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     params = init_params(config, jax.random.key(config.seed))
     if config.init_from:
         params = start_params(config, params)
-    state = {"params": params, "opt_state": tx.init(params)}
-    if config.ema_decay:  # the average starts at the first weights
-        state["ema"] = params
+    state = initial_state(config, params, tx)
     manager = _manager(workdir, config)
     start, meta = 0, {"best_val_ratio": None, "wall_s": 0.0, "samples": 0}
     if resume:
@@ -334,6 +341,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
             log.info("resumed from step %d", start)
     metrics_out = Metrics(workdir, start, tensorboard)
     update = update_fn(net, config.value_weight, config.regret_weight, tx)
+    average = ema_fn(config.ema_decay)
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
     bar = tqdm(total=config.steps, initial=start, desc="train", disable=not progress)
@@ -344,7 +352,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         batch = make_batch(train_data, visits, V, E, K, G, config.stakes_weight)
         state["params"], state["opt_state"], aux = update(state["params"], state["opt_state"], batch)
         if config.ema_decay:
-            state["ema"] = ema_fn(config.ema_decay)(state["ema"], state["params"])
+            state["ema"] = average(state["ema"], state["params"])
         window.append({k: float(v) for k, v in aux.items()})
         meta["samples"] = meta.get("samples", 0) + int(batch["weight"].sum())
         step += 1
