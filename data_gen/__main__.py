@@ -82,6 +82,9 @@ def parser() -> argparse.ArgumentParser:
                      help="with --policy: also anneal the rest of each order from forward and from reverse for "
                           "1/SCREEN of the moves, and go on from the cheaper if it beats the policy's rest "
                           f"(default {LabelConfig.screen}; 0: the policy's rest alone)")
+    lab.add_argument("--splits", type=int, default=None,
+                     help="with --policy: label this many of the policy's states per graph, at depths spread "
+                          f"over its game, one row each (default {LabelConfig.splits})")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -144,7 +147,12 @@ def main(argv=None) -> int:
             p.error("--screen sets how a policy's states are completed; it needs --policy MODEL")
         if args.screen is not None and args.screen < 0:
             p.error(f"--screen = {args.screen} must be >= 0 (0: no screening)")
-        config = labels.LabelConfig() if args.screen is None else labels.LabelConfig(screen=args.screen)
+        if args.splits is not None and args.policy is None:
+            p.error("--splits sets how many of a policy's states are labelled; it needs --policy MODEL")
+        if args.splits is not None and args.splits < 1:
+            p.error(f"--splits = {args.splits} must be >= 1")
+        given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits)) if v is not None}
+        config = labels.LabelConfig(**given)
         try:
             rows = labels.build_labels(args.data, config, num_proc=args.num_proc, progress=not args.no_progress,
                                        limit=args.limit, validation_limit=args.validation_limit,

@@ -21,7 +21,9 @@ records the settings. Columns:
 policy's own states instead (DAgger): the model plays each training graph greedily up to
 a split drawn from the graph's hash, the rest of the order is annealed with that prefix
 kept, and the positions from the split on are labelled the same way, in DIR/dagger-1/
-(train split only). The trainer reads several label sets (``data.labels``).
+(train split only); ``--splits K`` labels K of the policy's states per graph, at depths
+spread over its game, one row each. The trainer reads several label sets
+(``data.labels``).
 
 ``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
 ``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
@@ -67,6 +69,12 @@ class LabelConfig:
         forward and from reverse for ``1 / screen`` of the moves each, and go on from the
         cheaper if it beats the policy's own rest (:func:`complete`); 0: the policy's rest
         alone.
+      splits: labels of a policy's states: this many of its states per graph (one row
+        each), at depths spread over the game (:func:`split_position`), each completed
+        and labelled at ``positions // splits`` positions from it. One state per graph
+        leaves the policy's mistakes at other depths unlabelled round after round (its
+        depth is drawn from the graph's hash), and a free move that makes the rest cost
+        hundreds of times more can lie at any depth.
       chunk_size: graphs per saved chunk.
     """
 
@@ -77,14 +85,24 @@ class LabelConfig:
     horizon: int = 256
     regret_cap: float = 3.0
     screen: int = 8
+    splits: int = 1
     chunk_size: int = 64
 
+    def __post_init__(self):
+        for name in ("screen", "splits", "positions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "screen" else 1):
+                raise ValueError(f"{name} = {value!r} must be an integer >= {0 if name == 'screen' else 1}")
+
     def identity(self, policy: bool = False) -> dict:
-        """What the labels depend on (``policy``: of a policy's states, which screen)."""
+        """What the labels depend on (``policy``: of a policy's states, which screen and
+        how many splits; one split, as before there was a choice, is left out)."""
         d = dataclasses.asdict(self)
         d.pop("chunk_size")
         if not policy:
             d.pop("screen")
+        if not policy or self.splits == 1:
+            d.pop("splits")
         return {"label_schema_version": LABEL_SCHEMA_VERSION, **d}
 
 
@@ -113,12 +131,24 @@ def _seed(graph_hash: str) -> int:
     return int(hashlib.sha256(graph_hash.encode()).hexdigest()[:8], 16)
 
 
-def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, player=None) -> dict:
+def split_position(n: int, seed: int, part: int = 0, parts: int = 1) -> int:
+    """Where a policy's game of ``n`` moves is split for the DAgger row ``part`` of
+    ``parts``: quantile ``(part + u) / parts`` of a distribution denser towards the
+    endgame, ``u`` drawn from ``seed`` (the graph's hash), so the parts cover the game's
+    depths in strata; at most ``n - 2`` (something is left to complete)."""
+    u = (part + np.random.default_rng(seed).random()) / parts
+    return min(int(n * (1 - (1 - u) ** 2)), max(n - 2, 0))
+
+
+def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, player=None, part: int = 0,
+                played=None) -> dict:
     """The label row of one graph (see the module docstring). With ``player`` (a
     :class:`alphagrad.policy.Player` of ``graph``), the row labels the policy's own states
     (DAgger): the policy plays greedily up to a split position drawn from the graph's hash
-    (denser towards the endgame), the rest of its order is annealed with the policy's
-    prefix kept, and positions from the split on are labelled on that completed order."""
+    (denser towards the endgame; :func:`split_position` of ``part`` of
+    ``config.splits``), the rest of its order is annealed with the policy's prefix kept,
+    and positions from the split on are labelled on that completed order. ``played``:
+    the policy's greedy order if already played (the parts of a graph share it)."""
     from alphagrad import baselines
     from alphagrad.evaluator import Evaluator, move_deltas
     from alphagrad.policy import observe_along
@@ -135,15 +165,15 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
         moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
         order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
     else:
-        played = np.asarray(player.play(0.0), np.int64)
-        u = np.random.default_rng(seed).random()
-        split = min(int(n * (1 - (1 - u) ** 2)), max(n - 2, 0))
+        played = np.asarray(player.play(0.0) if played is None else played, np.int64)
+        split = split_position(n, seed, part, config.splits)
         rest = n - split
         moves = int(np.clip(config.moves_per_vertex * rest, config.min_moves, config.max_moves))
-        order = complete(ev, played, split, moves, seed, config.screen)
-    pos = split + positions(n - split, config.positions)
+        order = complete(ev, played, split, moves, (seed + 7919 * part) % 2**32, config.screen)
+    count = config.positions if player is None else max(1, config.positions // config.splits)
+    pos = split + positions(n - split, count)
     if player is not None:  # the state the policy reached is labelled first
-        pos = np.unique(np.concatenate([[split], pos[:config.positions - 1]]))
+        pos = np.unique(np.concatenate([[split], pos[:count - 1]]))
     cost = int(ev.cost(order))
     slack = int(config.regret_cap * cost)
     deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
@@ -250,8 +280,12 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
     rows = []
     for r in ds.select(range(start, stop)):
         g = row_to_graph(r)
-        player = None if policy is None else _player(policy, g, r["best_baseline"])
-        rows.append(label_graph(g, config, r["best_baseline"], player))
+        if policy is None:
+            rows.append(label_graph(g, config, r["best_baseline"]))
+            continue
+        player = _player(policy, g, r["best_baseline"])
+        played = player.play(0.0)
+        rows.extend(label_graph(g, config, r["best_baseline"], player, k, played) for k in range(config.splits))
     table = pa.Table.from_pylist(rows, schema=features().arrow_schema).replace_schema_metadata(
         {_META_KEY: json.dumps({"key": key}).encode()})
     tmp = f"{path}.tmp-{os.getpid()}"

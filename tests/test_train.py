@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import collections
 import csv
+import dataclasses
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -768,3 +770,55 @@ def test_a_dagger_round_labels_the_policys_own_states_and_trains_beside_the_firs
         tiny_config(copy, **{"data.labels": ["labels", "labels"]}).validate()
     with pytest.raises(C.ConfigError, match=r"no labels in .*--name dagger-2 --policy MODEL"):
         TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-2"))
+
+
+def test_a_dagger_round_with_splits_labels_states_spread_over_the_policys_game(data, full_run, tmp_path, capsys):
+    """``splits`` K: K rows per graph, each completing the policy's own game from a state
+    at its own depth (strata of the same hash-drawn distribution: part 0 is the one-split
+    state); the trainer reads every row; one split is the round as before."""
+    import datasets as hf
+
+    import alphagrad
+    from data_gen.dataset import row_to_graph
+
+    workdir, _ = full_run
+    model = os.path.join(workdir, "best_model")
+    copy = _copy(data, tmp_path)
+    three = dataclasses.replace(LABELS, splits=3)
+    limit = 6
+    assert L.build_labels(copy, three, progress=False, policy=model, name="dagger-3", limit=limit) == \
+        {"train": 3 * limit, "validation": 0}
+    assert L.build_labels(copy, LABELS, progress=False, policy=model, name="dagger-1", limit=limit) == \
+        {"train": limit, "validation": 0}
+    assert json.load(open(os.path.join(copy, "dagger-3", "labels.json")))["config"]["splits"] == 3
+    assert "splits" not in json.load(open(os.path.join(copy, "dagger-1", "labels.json")))["config"]
+    lab, one = L.load_labels(copy, "dagger-3")["train"], L.load_labels(copy, "dagger-1")["train"]
+    dd = hf.load_from_disk(copy)["train"]
+    agent = alphagrad.from_pretrained(model)
+    deeper = 0
+    for i in range(limit):
+        r = dd[i]
+        g = row_to_graph(r)
+        played = agent.player(g, r["best_baseline"]).play(0.0)
+        rows = [lab[3 * i + k] for k in range(3)]
+        assert {x["graph_hash"] for x in rows} == {r["graph_hash"]}
+        n = len(played)
+        firsts = [x["positions"][0] for x in rows]
+        seed = int(hashlib.sha256(r["graph_hash"].encode()).hexdigest()[:8], 16)
+        assert firsts == [L.split_position(n, seed, k, 3) for k in range(3)] == sorted(firsts)
+        deeper += firsts[-1] > firsts[0]
+        for x, split in zip(rows, firsts):
+            assert x["order"][:split] == played[:split]  # the policy's own state at each depth
+            assert x["cost"] == alphagrad.cost(g, x["order"]) and len(x["positions"]) <= LABELS.positions // 3
+        assert one[i]["positions"][0] == L.split_position(n, seed)  # one split: the state it always was
+    assert deeper >= limit // 2
+    entries = TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-3"))
+    per_graph = collections.Counter(e["graph_hash"] for e in entries.rows if e["label_set"] == "dagger-3")
+    assert per_graph and set(per_graph.values()) == {3}  # every row of a graph it keeps
+    with pytest.raises(ValueError, match="splits"):
+        L.LabelConfig(splits=0)
+    for args, message in ((["--splits", "2"], "needs --policy MODEL"),
+                          (["--splits", "0", "--policy", model], "must be >= 1")):
+        with pytest.raises(SystemExit):
+            data_gen_main(["label", "--data", copy, "--no-progress", *args])
+        assert message in capsys.readouterr().err

@@ -195,11 +195,14 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
         if split not in lab:
             raise ConfigError(f"the labels {name!r} of {path!r} have no split {split!r}; run `python -m data_gen "
                               f"label --data {path}`")
-        sets.append((name, {r["graph_hash"]: r for r in lab[split]}))
+        rows_of: dict = {}  # a DAgger set may hold several rows (states) per graph
+        for r in lab[split]:
+            rows_of.setdefault(r["graph_hash"], []).append(r)
+        sets.append((name, rows_of))
     ds = dd[split]
     rows, skipped, graphs = [], {}, 0
     for row in ds:
-        found = [(name, lab[row["graph_hash"]]) for name, lab in sets if row["graph_hash"] in lab]
+        found = [(name, label) for name, lab in sets for label in lab.get(row["graph_hash"], ())]
         reason = ("more than max_vertices" if row["num_vertices"] > max_vertices else
                   "no intermediates" if row["num_intermediates"] == 0 else
                   "no labels" if not found else None)
