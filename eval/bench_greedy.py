@@ -5,6 +5,9 @@ baseline competing) on every held-out graph of the dataset in ``--data`` and rep
 cost over the graph's best baseline (forward, reverse, Markowitz), models side by side,
 geometric means per group of families, and per graph for the published and large groups.
 Used to compare training rounds (e.g. the main run's model against a DAgger round's).
+``--split train`` plays the graphs the models were trained on instead, grouped by
+training family (per graph: the zoo's), with how many each model plays worse than the
+best baseline and over twice it: whether the network fits what it was taught.
 The per-graph table also gives forward, reverse and Markowitz over the same best
 baseline: which regime a graph is in (a sweep from one side, or local greedy choices).
 
@@ -25,11 +28,24 @@ import numpy as np
 START, END = "<!-- bench_greedy:start -->", "<!-- bench_greedy:end -->"
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
           "large (300-1,200 intermediates)": ("large_random", "large_zoo_chained", "large_real")}
+#: Groups of the training split (``--split train``); every other family is the zoo's.
+TRAIN_GROUPS = {"random": ("random",), "large random (300-2,000)": ("large_train_random",),
+                "chained zoo (300-2,000)": ("large_train_zoo_chained",),
+                "stepped (300-2,000)": ("stepped_train_random",),
+                "shared weights (300-2,000)": ("shared_train_random",), "zoo": None}
+#: Groups listed graph by graph.
+LISTED = ("published", "large (300-1,200 intermediates)", "zoo")
 
 
-def measure(models: list, data: str, split: str) -> dict:
+def group_of(family: str, groups: dict):
+    """The group of ``groups`` holding ``family`` (a group of None holds the rest)."""
+    found = next((g for g, fams in groups.items() if fams is not None and family in fams), None)
+    return found if found is not None else next((g for g, fams in groups.items() if fams is None), None)
+
+
+def measure(models: list, data: str, split: str, limit: int = 0) -> dict:
     """``{group: [(name, intermediates, [ratio per model], {baseline: ratio})]}`` over the
-    split's graphs."""
+    split's graphs (``limit``: at most that many per group, the split's first)."""
     import datasets as hf
 
     import alphagrad
@@ -37,10 +53,11 @@ def measure(models: list, data: str, split: str) -> dict:
     from data_gen.dataset import row_to_graph
 
     agents = [alphagrad.from_pretrained(m) for m in models]
-    groups: dict = {g: [] for g in GROUPS}
+    kinds = GROUPS if split == "heldout" else TRAIN_GROUPS
+    groups: dict = {g: [] for g in kinds}
     for row in hf.load_from_disk(data)[split]:
-        group = next((g for g, fams in GROUPS.items() if row["family"] in fams), None)
-        if group is None or row["num_intermediates"] == 0:
+        group = group_of(row["family"], kinds)
+        if group is None or row["num_intermediates"] == 0 or (limit and len(groups[group]) >= limit):
             continue
         graph = row_to_graph(row)
         ev = Evaluator(graph, "exact")
@@ -55,16 +72,23 @@ def markdown(models: list, groups: dict) -> str:
     def geomean(rows, i):
         return float(np.exp(np.mean(np.log([r[2][i] for r in rows]))))
 
+    def over(rows, i):
+        return f"{sum(r[2][i] > 1 for r in rows)} / {sum(r[2][i] > 2 for r in rows)}"
+
     head = "| group | graphs | " + " | ".join(f"`{m}`" for m in models) + " |"
     lines = [head, "|---|---|" + "---|" * len(models)]
     for g, rows in groups.items():
         if rows:
             lines.append(f"| {g} | {len(rows)} | " + " | ".join(f"{geomean(rows, i):.3f}" for i in range(len(models)))
                          + " |")
+    lines += ["", "Graphs played worse than the best baseline / over twice it:", "", head,
+              "|---|---|" + "---|" * len(models)]
+    lines += [f"| {g} | {len(rows)} | " + " | ".join(over(rows, i) for i in range(len(models))) + " |"
+              for g, rows in groups.items() if rows]
     lines += ["", "| graph | intermediates | " + " | ".join(f"`{m}`" for m in models)
               + " | forward | reverse | Markowitz |", "|---|---|" + "---|" * (len(models) + 3)]
     for g, rows in groups.items():
-        if g != "random held-out":
+        if g in LISTED:
             lines += [f"| {name} | {n} | " + " | ".join(f"{x:.3f}" for x in [*ratios, *modes.values()]) + " |"
                       for name, n, ratios, modes in rows]
     return "\n".join(lines)
@@ -76,22 +100,27 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="train/runs/main/best_model,alphagrad/pretrained",
                    help="comma-separated model directories or hub ids, side by side")
     p.add_argument("--data", default="data/train")
-    p.add_argument("--split", default="heldout")
+    p.add_argument("--split", default="heldout",
+                   help="heldout (default), or train/validation: the graphs the models learn from")
+    p.add_argument("--limit", type=int, default=0, help="at most this many graphs per group (0: all)")
     p.add_argument("--out", default="eval/results/greedy")
     p.add_argument("--readme", default=None)
     args = p.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     if not models:
         p.error("--models names no model")
-    groups = measure(models, args.data, args.split)
+    if args.limit < 0:
+        p.error(f"--limit = {args.limit} must be >= 0 (0: every graph)")
+    groups = measure(models, args.data, args.split, args.limit)
     command = "python -m eval.bench_greedy " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump({"command": command, "machine": machine, "models": models, "groups": groups}, f, indent=1)
     table = markdown(models, groups)
-    intro = (f"`{command}` ({machine}): greedy order / best baseline, geometric mean over the held-out "
-             f"graphs of `{args.data}` (split `{args.split}`), models side by side")
+    which = "held-out graphs" if args.split == "heldout" else "graphs the models were trained on"
+    intro = (f"`{command}` ({machine}): greedy order / best baseline, geometric mean over the {which} "
+             f"of `{args.data}` (split `{args.split}`), models side by side")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(f"# Greedy orders of the network alone\n\n{intro}\n\n{table}\n")
     print(table)

@@ -396,6 +396,17 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
             assert modes[mode] == pytest.approx(alphagrad.cost(graph, short) / scale)
     text = readme.read_text()
     assert "old" not in text and "greedy order / best baseline" in text and text.endswith(f"{BG.END}\nrest\n")
+    # the graphs it was trained on, by training family, at most --limit per group
+    out = str(tmp_path / "greedy_train")
+    assert BG.main(["--models", model, "--data", data, "--split", "train", "--limit", "2", "--out", out]) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    train = datasets.load_from_disk(data)["train"]
+    assert set(report["groups"]) == set(BG.TRAIN_GROUPS) and len(report["groups"]["random"]) == 2
+    assert {r[0] for r in report["groups"]["random"]} <= {r["name"] for r in train if r["family"] == "random"}
+    text = _read(os.path.join(out, "report.md"))
+    assert "graphs the models were trained on" in text and "worse than the best baseline / over twice" in text
+    with pytest.raises(SystemExit):
+        BG.main(["--models", model, "--data", data, "--limit", "-1", "--out", out])
 
 
 def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, tmp_path):
