@@ -7,7 +7,8 @@ geometric means per group of families, and per graph for the published and large
 Used to compare training rounds (e.g. the main run's model against a DAgger round's).
 ``--split train`` plays the graphs the models were trained on instead, grouped by
 training family (per graph: the zoo's), with how many each model plays worse than the
-best baseline and over twice it: whether the network fits what it was taught.
+best baseline and over twice it: whether the network fits what it was taught. Graphs
+some baseline eliminates for free (a few random programs) have no ratio and are left out.
 The per-graph table also gives forward, reverse and Markowitz over the same best
 baseline: which regime a graph is in (a sweep from one side, or local greedy choices).
 
@@ -57,8 +58,9 @@ def measure(models: list, data: str, split: str, limit: int = 0) -> dict:
     groups: dict = {g: [] for g in kinds}
     for row in hf.load_from_disk(data)[split]:
         group = group_of(row["family"], kinds)
-        if group is None or row["num_intermediates"] == 0 or (limit and len(groups[group]) >= limit):
-            continue
+        if group is None or row["num_intermediates"] == 0 or row["best_baseline"] == 0 or (
+                limit and len(groups[group]) >= limit):
+            continue  # (a graph some baseline eliminates for free has no ratio to report)
         graph = row_to_graph(row)
         ev = Evaluator(graph, "exact")
         scale = max(row["best_baseline"], 1)
