@@ -145,14 +145,13 @@ def main(argv=None) -> int:
             p.error(f"--num-proc = {args.num_proc} must be >= 1")
         if args.screen is not None and args.policy is None:
             p.error("--screen sets how a policy's states are completed; it needs --policy MODEL")
-        if args.screen is not None and args.screen < 0:
-            p.error(f"--screen = {args.screen} must be >= 0 (0: no screening)")
         if args.splits is not None and args.policy is None:
             p.error("--splits sets how many of a policy's states are labelled; it needs --policy MODEL")
-        if args.splits is not None and args.splits < 1:
-            p.error(f"--splits = {args.splits} must be >= 1")
         given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits)) if v is not None}
-        config = labels.LabelConfig(**given)
+        try:  # LabelConfig checks the bounds
+            config = labels.LabelConfig(**given)
+        except ValueError as e:
+            p.error(f"--{e}")
         try:
             rows = labels.build_labels(args.data, config, num_proc=args.num_proc, progress=not args.no_progress,
                                        limit=args.limit, validation_limit=args.validation_limit,

@@ -89,10 +89,10 @@ class LabelConfig:
     chunk_size: int = 64
 
     def __post_init__(self):
-        for name in ("screen", "splits", "positions"):
+        for name, lowest in (("screen", 0), ("splits", 1), ("positions", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "screen" else 1):
-                raise ValueError(f"{name} = {value!r} must be an integer >= {0 if name == 'screen' else 1}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                raise ValueError(f"{name} = {value!r} must be >= {lowest} (an integer)")
 
     def identity(self, policy: bool = False) -> dict:
         """What the labels depend on (``policy``: of a policy's states, which screen and

@@ -10,7 +10,6 @@ import collections
 import csv
 import dataclasses
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -804,7 +803,7 @@ def test_a_dagger_round_with_splits_labels_states_spread_over_the_policys_game(d
         assert {x["graph_hash"] for x in rows} == {r["graph_hash"]}
         n = len(played)
         firsts = [x["positions"][0] for x in rows]
-        seed = int(hashlib.sha256(r["graph_hash"].encode()).hexdigest()[:8], 16)
+        seed = L._seed(r["graph_hash"])
         assert firsts == [L.split_position(n, seed, k, 3) for k in range(3)] == sorted(firsts)
         deeper += firsts[-1] > firsts[0]
         for x, split in zip(rows, firsts):
