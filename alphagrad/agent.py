@@ -53,13 +53,13 @@ def init_params(net: PolicyNet, key):
 def widen(params: dict, dim: int) -> dict:
     """``params`` of a model saved before its network read the last features of
     :func:`alphagrad.policy.dynamic_features` (the lookahead, the pressure, the frontier,
-    then the last move's touch, then the costs in multiplications: the decoder's first
+    then the last move's touch, then the costs in multiplications, then the growth: the decoder's first
     layer has ``dim + NUM_DYNAMIC - k`` input rows) or of
     :func:`alphagrad.policy.graph_inputs` (the forward and reverse costs, then the cost in
     multiplications: the encoder's first layer has ``MODES`` or ``STATIC_ABSOLUTE`` input
     rows; the edge costs in multiplications: each block's message layers have
     ``EDGE_ABSOLUTE + 3`` input rows), with zero rows for them: the policy and value are
-    unchanged (and the rollout skips computing a lookahead, pressure or touch of zero
+    unchanged (and the rollout skips computing a lookahead, pressure, touch or growth of zero
     weight; the frontier counts are cheap and computed anyway). Other params are returned
     as they are."""
     for path, rows, most in input_layers(params, dim):

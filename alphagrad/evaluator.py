@@ -1051,6 +1051,7 @@ class Evaluator:
         self.compose = np.ascontiguousarray(T.compose, np.int64)
         self.join = np.ascontiguousarray(T.join, np.int64)
         self.cost_table = np.ascontiguousarray(T.cost[convention], np.int64)
+        self.entries = T.entries  # what each structure holds: the policy's fill-in feature
         self._edges = (
             np.asarray([e.src for e in graph.edges], np.int64),
             np.asarray([e.dst for e in graph.edges], np.int64),

@@ -20,7 +20,11 @@ What the network sees of a graph comes in two parts (see :mod:`alphagrad.network
   eliminated vertex's neighbour): in 36% of the labelled states that have a single good
   move, that move is next to the last one (measured on chained and random training
   graphs), where the other numbers may not tell it from a vertex of the same local shape
-  elsewhere.
+  elsewhere. And the growth: how many more Jacobian entries the graph's edges hold once
+  the vertex is eliminated (:func:`growth`): a free move that joins two sparse edges
+  into a dense one costs nothing and changes no neighbour's cost, yet makes every later
+  product through that edge dense (the moves that ruined the network's games on its
+  stencil training graphs, HeatFTCS and DrivenCavity, were such moves).
 
 :func:`rollout` plays the network's policy on one graph in compiled code: the encoder ran
 once (per stretch of moves, for a network of several encodings), each move re-scores
@@ -57,15 +61,16 @@ NUM_EDGE = 5
 EDGE_ABSOLUTE = 3
 #: Raw per-vertex numbers of :func:`observe`: elimination cost, predecessors, successors,
 #: lookahead, pressure, predecessors and successors that are inputs or outputs (not to be
-#: eliminated), whether the last move touched it (it was the eliminated vertex's neighbour).
-NUM_RAW = 8
+#: eliminated), whether the last move touched it (it was the eliminated vertex's neighbour),
+#: the growth (:func:`growth`).
+NUM_RAW = 9
 #: Features the decoder reads per vertex (:func:`dynamic_features` of the raw numbers).
-NUM_DYNAMIC = 13
+NUM_DYNAMIC = 14
 #: Columns of :func:`dynamic_features` that models saved before them lack (the lookahead,
 #: the pressure, then the two frontier shares, then the last move's touch, then the cost,
 #: lookahead and pressure in multiplications): such a model is widened with zero weights
-#: on them.
-LOOKAHEAD, PRESSURE, FRONTIER, RECENT, ABSOLUTE = 5, 6, 7, 9, 10
+#: on them; then the growth.
+LOOKAHEAD, PRESSURE, FRONTIER, RECENT, ABSOLUTE, GROWTH = 5, 6, 7, 9, 10, 13
 #: The absolute columns are ``log1p`` of multiplications over this (about 2 at 5e8).
 LOG_UNIT = 10.0
 
@@ -81,15 +86,17 @@ def dynamic_features(raw, scale, xp=np):
     lookahead and the pressure again in multiplications, not relative to the scale (signed
     ``log1p / LOG_UNIT``): on a graph whose best order costs 1e8, the relative ones of
     costs 8 and 32,768 are both about 0, and the choice between such moves decided a
-    quarter of the cost of sweep-regime training graphs. ``xp`` is numpy or jax.numpy;
-    :func:`rollout` computes the same in compiled code."""
+    quarter of the cost of sweep-regime training graphs; and the growth in entries
+    (signed ``log1p / LOG_UNIT``). ``xp`` is numpy or jax.numpy; :func:`rollout` computes
+    the same in compiled code."""
     raw = raw.astype(xp.float32)
-    c, i, o, d, q, a, b, r = (raw[..., k] for k in range(NUM_RAW))
+    c, i, o, d, q, a, b, r, g = (raw[..., k] for k in range(NUM_RAW))
     s = xp.asarray(scale, xp.float32)[..., None]
     return xp.stack([xp.log1p(c / s), xp.log1p(i), xp.log1p(o), xp.log1p(i * o), (c == 0).astype(xp.float32),
                      xp.sign(d) * xp.log1p(xp.abs(d) / s), xp.sign(q) * xp.log1p(xp.abs(q) / s),
                      a / xp.maximum(i, 1), b / xp.maximum(o, 1), r, xp.log1p(c) / LOG_UNIT,
-                     xp.sign(d) * xp.log1p(xp.abs(d)) / LOG_UNIT, xp.sign(q) * xp.log1p(xp.abs(q)) / LOG_UNIT], -1)
+                     xp.sign(d) * xp.log1p(xp.abs(d)) / LOG_UNIT, xp.sign(q) * xp.log1p(xp.abs(q)) / LOG_UNIT,
+                     xp.sign(g) * xp.log1p(xp.abs(g)) / LOG_UNIT], -1)
 
 
 def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
@@ -121,7 +128,7 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
     unit = ~has_value[sid]
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
-    costs = observe(copy_state(state), np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table,
+    costs = observe(copy_state(state), np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table, ev.entries,
                     np.zeros(0, np.int64))[:, 0].astype(np.float64)
     down, up = depths(V, src, dst)
     depth = max(int(down.max(initial=0)), 1)
@@ -327,10 +334,36 @@ def pressure(state, v, alive, compose, join, cost, mark, pos, nb):
     return total
 
 
+@numba.njit(cache=True, nogil=True, _nrt=False)
+def growth(state, v, compose, join, entries, mark, pos):
+    """How many more entries the graph's edges hold once ``v`` is eliminated (``entries``:
+    :attr:`alphagrad.evaluator.Evaluator.entries` per structure): the edges its
+    elimination composes or joins, less ``v``'s own. A free move that joins two sparse
+    edges into a dense one (a stencil's shifted copies and its diagonal) shows here,
+    though its cost and its lookahead are 0 and every later product through that edge is
+    dense. ``mark``/``pos`` as for :func:`lookahead`."""
+    total = np.int64(0)
+    for b in range(state[1][v]):
+        total -= entries[state[4][state[0][v] + b]]
+    for a in range(state[7][v]):
+        i, into = _slot(state, v, a)
+        total -= entries[into]
+        stamp = _mark_neighbours(state, i, mark, pos)
+        for b in range(state[1][v]):
+            k = state[3][state[0][v] + b]
+            c = compose[state[4][state[0][v] + b], into]
+            old = 0
+            if mark[k] == stamp:  # the edge i -> k is there: joined
+                old = _slot(state, i, pos[k])[1]
+                c = join[old, c]
+            total += entries[c] - entries[old]
+    return total
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
-def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, out):
+def _raw(state, v, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent, out):
     """Writes ``v``'s raw numbers of :func:`observe` into ``out`` (``[NUM_RAW]``),
-    the lookahead and the pressure only where ``ahead`` / ``press`` (0 otherwise); the
+    the lookahead, the pressure and the growth only where ``ahead`` / ``press`` / ``grow`` (0 otherwise); the
     last move touched ``v`` where ``recent[v]``. A neighbour not in ``alive`` is an input
     or an output (an eliminated vertex has no edges left)."""
     out[0] = vertex_cost(state, v, cost)
@@ -347,13 +380,14 @@ def _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, rece
     out[5] = inputs
     out[6] = outputs
     out[7] = recent[v]
+    out[8] = growth(state, v, compose, join, entries, mark, pos) if grow else 0
 
 
 @numba.njit(cache=True, nogil=True)
-def observe(state, alive, compose, join, cost, touched):
+def observe(state, alive, compose, join, cost, entries, touched):
     """``[V, NUM_RAW]`` int64: ``(elimination cost, predecessors, successors,``
     :func:`lookahead`, :func:`pressure`, ``predecessors and successors that are inputs or
-    outputs, whether it is in touched)`` of each vertex in ``alive`` in ``state`` (zeros
+    outputs, whether it is in touched,`` :func:`growth` ``)`` of each vertex in ``alive`` in ``state`` (zeros
     elsewhere); ``touched``: the neighbours the last eliminated vertex had (none at the
     start)."""
     V = state[0].shape[0]
@@ -368,12 +402,12 @@ def observe(state, alive, compose, join, cost, touched):
     pos = np.zeros(V, np.int64)
     nb = np.zeros(V, np.int64)
     for v in alive:
-        _raw(state, v, mask, compose, join, cost, mark, pos, nb, True, True, recent, raw[v])
+        _raw(state, v, mask, compose, join, cost, entries, mark, pos, nb, True, True, True, recent, raw[v])
     return raw
 
 
 @numba.njit(cache=True, nogil=True)
-def observe_along(state0, order, positions, compose, join, cost):
+def observe_along(state0, order, positions, compose, join, cost, entries):
     """:func:`observe` at the states after ``positions`` (ascending) eliminations of
     ``order``, for the vertices not yet eliminated: ``(raw [P, V, NUM_RAW], costs_to_go
     [P], flag)``; ``costs_to_go`` is what the rest of ``order`` costs from each state
@@ -392,7 +426,7 @@ def observe_along(state0, order, positions, compose, join, cost):
     r = 0
     for p in range(n + 1):
         while r < P and positions[r] == p:
-            raw[r] = observe(work, order[p:], compose, join, cost, nb[:nt])
+            raw[r] = observe(work, order[p:], compose, join, cost, entries, nb[:nt])
             r += 1
         if p == n:
             break
@@ -443,6 +477,8 @@ def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
         feats[ABSOLUTE] = np.log1p(c) / LOG_UNIT
         feats[ABSOLUTE + 1] = _signed_log1p(raw[3], 1.0) / LOG_UNIT
         feats[ABSOLUTE + 2] = _signed_log1p(raw[4], 1.0) / LOG_UNIT
+    if feats.shape[0] > GROWTH:
+        feats[GROWTH] = _signed_log1p(raw[8], 1.0) / LOG_UNIT
     D = H1.shape[1]
     for d in range(D):
         z = H1[v, d]
@@ -459,12 +495,12 @@ def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last, now,
-           inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
+def _score(state, v, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent, logits, last,
+           now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta):
     """Sets ``logits[v]`` to ``v``'s logit now (:func:`_raw` into the scratch ``now``),
     running the decoder only if ``v``'s raw numbers differ from those it last saw
     (``last[v]``, its rows -1 at first): within two hops of a move most are unchanged."""
-    _raw(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, now)
+    _raw(state, v, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent, now)
     same = True
     for f in range(NUM_RAW):
         same = same and last[v, f] == now[f]
@@ -474,7 +510,7 @@ def _score(state, v, alive, compose, join, cost, mark, pos, nb, ahead, press, re
 
 
 @numba.njit(cache=True, nogil=True)
-def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed,
+def rollout(state0, inter, compose, join, cost, entries, inv_scale, H1, Wd, W2, b2, w3, b3, temperature, seed,
             static, beta, moves, touched0):
     """Plays the policy from ``state0`` for ``moves`` moves (at most ``len(inter)``, the
     vertices left to eliminate, ascending): ``(order, touched, flag)``, ``touched`` the
@@ -508,7 +544,9 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         np.any(Wd[LOOKAHEAD] != 0) or (Wd.shape[0] > ABSOLUTE + 1 and np.any(Wd[ABSOLUTE + 1] != 0)))
     press = Wd.shape[0] > PRESSURE and H1.shape[1] > 0 and (
         np.any(Wd[PRESSURE] != 0) or (Wd.shape[0] > ABSOLUTE + 2 and np.any(Wd[ABSOLUTE + 2] != 0)))
-    look = ahead or press
+    # the growth likewise; all three change up to two hops from a move
+    grow = Wd.shape[0] > GROWTH and H1.shape[1] > 0 and np.any(Wd[GROWTH] != 0)
+    look = ahead or press or grow
     # likewise the last move's touch (for a model that reads it): its neighbours are flagged
     # until the next move, and re-scored when the flag goes
     track = Wd.shape[0] > RECENT and H1.shape[1] > 0 and np.any(Wd[RECENT] != 0)
@@ -520,8 +558,8 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nprev):
             recent[prev[t]] = 1
     for v in inter:
-        _score(work, v, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last, now,
-               inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+        _score(work, v, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent, logits, last,
+               now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
     touched = np.empty(V, np.int64)
     spare = np.empty(V, np.int64)
     seen = np.zeros(V, np.int64)
@@ -563,14 +601,14 @@ def rollout(state0, inter, compose, join, cost, inv_scale, H1, Wd, W2, b2, w3, b
         for t in range(nt):
             u = touched[t]
             if alive[u]:
-                _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last,
-                       now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                _score(work, u, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent, logits,
+                       last, now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
         if track:
             for t in range(nprev):
                 u = prev[t]
                 if alive[u]:
-                    _score(work, u, alive, compose, join, cost, mark, pos, nb, ahead, press, recent, logits, last,
-                           now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
+                    _score(work, u, alive, compose, join, cost, entries, mark, pos, nb, ahead, press, grow, recent,
+                           logits, last, now, inv_scale, H1, Wd, W2, b2, w3, b3, a1, feats, static, beta)
         prev[:n0] = touched[:n0]
         nprev = n0
     return order, prev[:nprev].copy(), np.int64(0)
@@ -695,7 +733,7 @@ class Player:
                     return (None, None, flag) if flag == OVERFLOW else rollout(state, *args)
 
             moves, touched, _ = ev.run(play, np.setdiff1d(self.inter, done), ev.compose, ev.join, ev.cost_table,
-                                       1.0 / self.scale, *weights, float(temperature), int(seed) + start,
+                                       ev.entries, 1.0 / self.scale, *weights, float(temperature), int(seed) + start,
                                        self.static, float(self.beta), step, touched)
             order += [int(v) for v in moves]
         return order

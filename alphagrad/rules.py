@@ -34,6 +34,10 @@ from alphagrad import structure as st
 NO_EDGE = 0
 #: A table entry for two structures that can never meet (incompatible shapes).
 INVALID = -1
+#: :attr:`RuleTables.entries` stop here (2**40, about 1e12: a dense Jacobian of two
+#: million-entry vertices holds 1e12 entries), so that the policy's sums of them over a
+#: vertex's edges stay within int64.
+ENTRIES_CAP = 2**40
 #: int64 cost entries and the compiled evaluator's sums saturate here (2**62 - 1, about
 #: 4.6e18): the sum of two saturated values still fits in int64, so nothing ever wraps,
 #: and a count that reaches the cap is recounted exactly (arbitrary-precision integers)
@@ -84,6 +88,12 @@ class RuleTables:
     @property
     def size(self) -> int:
         return len(self.structures)
+
+    @functools.cached_property
+    def entries(self) -> np.ndarray:
+        """``[S]`` int64: :attr:`alphagrad.structure.Structure.entries` of each structure
+        (0 for no edge), at most :data:`ENTRIES_CAP`."""
+        return np.asarray([0 if s is None else min(s.entries, ENTRIES_CAP) for s in self.structures], np.int64)
 
     def index(self, s: st.Structure) -> int:
         return self._index[s]

@@ -113,6 +113,21 @@ class Structure:
         shape = self.value_shape
         return 0 if shape is None else math.prod(shape)
 
+    @property
+    def entries(self) -> int:
+        """How many entries of the Jacobian can be nonzero: the product of its distinct
+        variables' sizes, and for an index map at most one per output row (``row``), per
+        input column (``col``) or both (``perm``). A sum of two sparse structures that no
+        structure holds is dense: this is what such a join costs in memory and in every
+        later product, though the join itself multiplies nothing."""
+        full = math.prod(dict(self._axes).values())
+        rows, cols = MAP_KINDS[self.index_map]
+        if rows:
+            full = min(full, math.prod(self.out_shape))
+        if cols:
+            full = min(full, math.prod(self.in_shape))
+        return full
+
     def describe(self) -> str:
         """A short human-readable form, e.g. ``diag[3] x2 value(0)``."""
         names = "abcdefghijklmnopqrstuvwxyz"

@@ -177,7 +177,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     cost = int(ev.cost(order))
     slack = int(config.regret_cap * cost)
     deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
-    _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
+    _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table, ev.entries)
     good, gains, regrets = [], [], []
     for r, t in enumerate(pos):
         d = deltas[r, :max(0, min(config.horizon, n - t))]

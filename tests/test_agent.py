@@ -334,7 +334,8 @@ def test_greedy_order_is_the_networks_own_argmax_game(agent, graph):
     inputs = policy.graph_inputs(graph, ev, scale)
     h, _ = policy.embed(agent.net, agent.params, inputs)
     o = np.asarray(order, np.int64)
-    raw, _, _ = policy.observe_along(ev.initial, o, np.arange(len(o)), ev.compose, ev.join, ev.cost_table)
+    raw, _, _ = policy.observe_along(ev.initial, o, np.arange(len(o)), ev.compose, ev.join, ev.cost_table,
+                                        ev.entries)
     for t, v in enumerate(order):
         legal = np.zeros(graph.num_vertices, bool)
         legal[o[t:]] = True

@@ -83,7 +83,7 @@ def _replayed_logits(params, g, ev, scale, order, encodings=1):
     h = np.stack([np.asarray(_encode(params, policy.graph_inputs(g, ev, scale, order[:(t // step) * step])))
                   for t in range(n)])
     raw, _, flag = policy.observe_along(ev.initial, np.asarray(order, np.int64), np.arange(n), ev.compose,
-                                        ev.join, ev.cost_table)
+                                        ev.join, ev.cost_table, ev.entries)
     assert flag == 0
     legal = np.zeros((n, V), bool)
     for t in range(n):
@@ -218,15 +218,16 @@ def test_a_model_saved_before_the_sweep_or_absolute_costs_encodes_as_it_did(para
     assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
 
 
-@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 3), ("RoeFlux_1d", 6), ("random_2", 3), ("random_2", 4),
-                                          ("random_2", 6), ("random_2", 7), ("random_2", 8)])
-def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_or_absolute_costs_plays_as_it_did(
+@pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("RoeFlux_1d", 4), ("RoeFlux_1d", 7), ("random_2", 1),
+                                          ("random_2", 4), ("random_2", 5), ("random_2", 7), ("random_2", 8),
+                                          ("random_2", 9)])
+def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_absolute_costs_or_growth_plays_as_it_did(
         params, name, missing):
-    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the costs in
-    multiplications, or before the last move's touch too, or the frontier features too,
-    or the pressure too, or the lookahead too) is widened with zero weights on them: the same logits, hence the same
-    orders, as the narrow decoder, whose rollout never computes the lookahead, pressure
-    or touch it lacks."""
+    """A decoder of ``NUM_DYNAMIC - missing`` inputs (a model trained before the growth,
+    or before the costs in multiplications too, or the last move's touch too, or the
+    frontier features too, or the pressure too, or the lookahead too) is widened with
+    zero weights on them: the same logits, hence the same orders, as the narrow decoder,
+    whose rollout never computes the lookahead, pressure, touch or growth it lacks."""
     from alphagrad.agent import widen
 
     dim = NET.config.dim
@@ -245,7 +246,7 @@ def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_or_absolute_
     order = player.play()
     H1, Wd, *rest = player.weights
     assert Wd.shape[0] == policy.NUM_DYNAMIC
-    narrow_order, _, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table,
+    narrow_order, _, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table, ev.entries,
                                    1.0 / player.scale, H1, Wd[:-missing], *rest, 0.0, 0, player.static, 0.0,
                                    len(player.inter), np.zeros(0, np.int64))
     assert flag == 0 and [int(v) for v in narrow_order] == order
@@ -269,10 +270,11 @@ def test_player_on_a_graph_without_intermediates(params):
 
 def _direct_raw(ev, state, alive, V, touched=()):
     """(cost, predecessors, successors, lookahead, pressure, predecessors and successors
-    that are inputs or outputs, whether it is in ``touched``) of each alive vertex, from
-    the evaluator's own vertex cost, the state's edge list, the graph's vertex kinds, and
-    eliminating it (for the lookahead) or each of its alive neighbours (for the pressure)
-    in a copy."""
+    that are inputs or outputs, whether it is in ``touched``, growth) of each alive
+    vertex, from the evaluator's own vertex cost, the state's edge list, the graph's
+    vertex kinds, and eliminating it (for the lookahead and the growth: the entries all
+    the graph's edges hold, by each structure's ``Structure.entries``, after less
+    before) or each of its alive neighbours (for the pressure) in a copy."""
     from alphagrad.evaluator import State, copy_state
 
     edges = state.edges()
@@ -285,6 +287,9 @@ def _direct_raw(ev, state, alive, V, touched=()):
         ev.step(s, int(u))
         return s
 
+    def held(s):
+        return sum(ev.tables.structures[k].entries for k in s.edges().values())
+
     for v in alive:
         nb = {i for (i, k) in edges if k == v} | {k for (i, k) in edges if i == v}
         nb = [u for u in nb if u in live]
@@ -294,7 +299,7 @@ def _direct_raw(ev, state, alive, V, touched=()):
         raw[v] = (ev.vertex_cost(state, v), sum(1 for (_, k) in edges if k == v),
                   sum(1 for (i, _) in edges if i == v), lookahead, pressure,
                   sum(1 for (i, k) in edges if k == v and kept[i]), sum(1 for (i, k) in edges if i == v and kept[k]),
-                  v in touched)
+                  v in touched, held(after(v)) - held(state))
     return raw
 
 
@@ -306,7 +311,8 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     order = np.asarray(np.random.default_rng(7).permutation(g.intermediates), np.int64)
     n = len(order)
     positions = np.unique(np.r_[0, np.random.default_rng(8).choice(n, 10), n - 1, n])
-    along, to_go, flag = policy.observe_along(ev.initial, order, positions, ev.compose, ev.join, ev.cost_table)
+    along, to_go, flag = policy.observe_along(ev.initial, order, positions, ev.compose, ev.join, ev.cost_table,
+                                                    ev.entries)
     assert flag == 0 and along.shape == (len(positions), V, policy.NUM_RAW) and to_go.shape == (len(positions),)
     state = ev.new_state()
     steps = []
@@ -314,7 +320,7 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     touched = set()  # the last eliminated vertex's neighbours, before it went
     for t in range(n + 1):
         if t in positions:
-            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table,
+            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table, ev.entries,
                                  np.asarray(sorted(touched), np.int64))
             direct = _direct_raw(ev, state, order[t:], V, touched)
             np.testing.assert_array_equal(raw, direct, err_msg=f"position {t}")
@@ -357,7 +363,7 @@ def test_observe_is_exact_where_costs_saturate():
         state = ev.new_state()
         for t in range(len(order)):
             s, alive = state.arrays, set(order[t:].tolist())
-            raw = policy.observe(s, order[t:], ev.compose, ev.join, C, np.zeros(0, np.int64))
+            raw = policy.observe(s, order[t:], ev.compose, ev.join, C, ev.entries, np.zeros(0, np.int64))
             for v in order[t:]:
                 preds, succs = ev._neighbours(s, int(v))
                 nb = [u for u, _ in preds + succs if u in alive]
@@ -368,9 +374,40 @@ def test_observe_is_exact_where_costs_saturate():
     assert saturated  # the saturated path was taken
 
 
+def test_growth_shows_a_free_move_that_makes_an_edge_dense():
+    """A stencil's two shifted copies of ``u``: once the first slice is eliminated, the
+    second one costs nothing and changes no neighbour's cost (cost and lookahead 0), but
+    it joins two shifted 0/1 maps of ``u`` into one edge no sparse structure holds, a
+    dense 64 x 64 Jacobian, through which every later product is dense (the forward
+    order costs 4,096, reverse 64). Only the growth shows it."""
+    from alphagrad.evaluator import State, copy_state
+
+    def f(u):
+        p = jnp.pad(u, 1)
+        return u + 0.2 * (p[2:, 1:-1] + p[:-2, 1:-1] - 2.0 * u)
+
+    g = ag.trace(f, jnp.ones((8, 8)))
+    ev = Evaluator(g)
+    order = np.asarray(g.intermediates, np.int64)
+    assert ev.cost(order) == 4096 and ev.cost(order[::-1]) == 64
+    state = ev.new_state()
+    for v in order[:2]:
+        ev.step(state, int(v))
+    v = int(order[2])
+    raw = policy.observe(state.arrays, order[2:], ev.compose, ev.join, ev.cost_table, ev.entries,
+                         np.zeros(0, np.int64))
+    assert raw[v, 0] == 0 and raw[v, 3] == 0 and raw[v, 8] > 0
+    after = State(copy_state(state.arrays))
+    ev.step(after, v)
+    held = {e: ev.tables.structures[k].entries for e, k in after.edges().items()}
+    assert max(held.values()) == 64 * 64
+    assert raw[v, 8] == sum(held.values()) - sum(ev.tables.structures[k].entries for k in state.edges().values())
+
+
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
-    raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0, 0], [5, 3, 1, -3, 0, 0, 1, 1], [1000, 7, 9, 90, -20, 2, 3, 1]],
-                      [[2, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1, 0]]], np.int64)
+    raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0, 0, 0], [5, 3, 1, -3, 0, 0, 1, 1, -2048],
+                       [1000, 7, 9, 90, -20, 2, 3, 1, 1045504]],
+                      [[2, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1, 0, 3]]], np.int64)
     scale = np.asarray([10.0, 100.0])
     a = policy.dynamic_features(raw, scale)
     b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
@@ -379,7 +416,8 @@ def test_dynamic_features_are_the_same_in_numpy_and_jax():
     u = policy.LOG_UNIT
     np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
                                          -np.log1p(2.0), 2 / 7, 3 / 9, 1.0, np.log1p(1000) / u, np.log1p(90) / u,
-                                         -np.log1p(20) / u], rtol=1e-6)
+                                         -np.log1p(20) / u, np.log1p(1045504) / u], rtol=1e-6)
+    assert a[0, 1, policy.GROWTH] == pytest.approx(-np.log1p(2048) / u)  # the growth keeps its sign
     # the same costs on another scale: the relative columns change, the absolute ones do not
     np.testing.assert_allclose(policy.dynamic_features(raw, scale * 1e6)[..., policy.ABSOLUTE:], a[..., policy.ABSOLUTE:])
     assert list(a[0, 1, 7:9]) == [0.0, 1.0] and list(a[1, 0, 7:9]) == [0.0, 0.0]  # shares of inputs and outputs
@@ -460,7 +498,8 @@ def test_graph_inputs_shapes_and_contents(name, done):
 def _state_features(g, ev, scale, k):
     """Decoder inputs of the state after the first ``k`` moves of the forward order."""
     order = np.asarray(g.intermediates, np.int64)
-    raw, _, flag = policy.observe_along(ev.initial, order, np.asarray([k]), ev.compose, ev.join, ev.cost_table)
+    raw, _, flag = policy.observe_along(ev.initial, order, np.asarray([k]), ev.compose, ev.join, ev.cost_table,
+                                        ev.entries)
     legal = np.zeros(g.num_vertices, bool)
     legal[order[k:]] = True
     return policy.dynamic_features(raw[0], scale), legal, np.float32(k / len(order))

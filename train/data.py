@@ -80,7 +80,7 @@ class LabelledGraphs:
             for j in self.siblings(i):
                 order = np.asarray(self.rows[j]["order"], np.int64)
                 pos = np.asarray(self.rows[j]["positions"], np.int64)
-                raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table)
+                raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table, ev.entries)
                 inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), order[:t]) if t else first
                           for t in np.unique(self.stretch(j, pos))}
                 self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
