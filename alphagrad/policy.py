@@ -128,8 +128,9 @@ def graph_inputs(graph: Graph, ev: Evaluator, scale: float, prefix=()) -> dict:
     unit = ~has_value[sid]
     unit_in = np.bincount(dst, weights=unit, minlength=V)
     unit_out = np.bincount(src, weights=unit, minlength=V)
-    costs = observe(copy_state(state), np.asarray(rest, np.int64), ev.compose, ev.join, ev.cost_table, ev.entries,
-                    np.zeros(0, np.int64))[:, 0].astype(np.float64)
+    costs = np.zeros(V)  # observe's first column, without its lookahead, pressure and growth
+    for v in rest:
+        costs[v] = vertex_cost(state, v, ev.cost_table)
     down, up = depths(V, src, dst)
     depth = max(int(down.max(initial=0)), 1)
     s = float(max(scale, 1))

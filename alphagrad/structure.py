@@ -120,7 +120,7 @@ class Structure:
         input column (``col``) or both (``perm``). A sum of two sparse structures that no
         structure holds is dense: this is what such a join costs in memory and in every
         later product, though the join itself multiplies nothing."""
-        full = math.prod(dict(self._axes).values())
+        full = math.prod(self.var_sizes().values())
         rows, cols = MAP_KINDS[self.index_map]
         if rows:
             full = min(full, math.prod(self.out_shape))
