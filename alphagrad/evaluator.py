@@ -330,19 +330,32 @@ def copy_state(state):
 
 
 @numba.njit(cache=True, nogil=True)
-def order_cost(state0, order, compose, join, cost):
-    """Multiplications of eliminating ``order`` from ``state0`` (left unchanged),
-    saturated at ``COST_CAP``; or :data:`OVERFLOW`."""
+def step_costs(state0, order, compose, join, cost):
+    """The multiplications of each elimination of ``order`` from ``state0`` (left
+    unchanged), and a flag: :data:`OVERFLOW` if a pool filled up."""
     work = copy_state(state0)
     V = work[0].shape[0]
     mark = np.zeros(V + 1, np.int64)
     pos = np.zeros(V, np.int64)
     nolog = np.zeros(0, np.int64)
-    total = np.int64(0)
-    for v in order:
-        m = eliminate(work, v, compose, join, cost, mark, pos, nolog)
+    steps = np.zeros(order.shape[0], np.int64)
+    for p in range(order.shape[0]):
+        m = eliminate(work, order[p], compose, join, cost, mark, pos, nolog)
         if m < 0:
-            return OVERFLOW
+            return steps, OVERFLOW
+        steps[p] = m
+    return steps, np.int64(0)
+
+
+@numba.njit(cache=True, nogil=True)
+def order_cost(state0, order, compose, join, cost):
+    """Multiplications of eliminating ``order`` from ``state0`` (left unchanged),
+    saturated at ``COST_CAP``; or :data:`OVERFLOW`."""
+    steps, flag = step_costs(state0, order, compose, join, cost)
+    if flag == OVERFLOW:
+        return OVERFLOW
+    total = np.int64(0)
+    for m in steps:
         total = saturating_add(total, m)
     return total
 

@@ -150,8 +150,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     and positions from the split on are labelled on that completed order. ``played``:
     the policy's greedy order if already played (the parts of a graph share it)."""
     from alphagrad import baselines
-    from alphagrad.evaluator import Evaluator, move_deltas
-    from alphagrad.policy import observe_along
+    from alphagrad.evaluator import Evaluator, move_deltas, step_costs
 
     t0 = time.perf_counter()
     ev = player.ev if player is not None else Evaluator(graph, "exact")
@@ -177,7 +176,8 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     cost = int(ev.cost(order))
     slack = int(config.regret_cap * cost)
     deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
-    _, to_go, _ = ev.run(observe_along, order, pos, ev.compose, ev.join, ev.cost_table, ev.entries)
+    steps, _ = ev.run(step_costs, order, ev.compose, ev.join, ev.cost_table)
+    to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]  # what the order still spends from each position
     good, gains, regrets = [], [], []
     for r, t in enumerate(pos):
         d = deltas[r, :max(0, min(config.horizon, n - t))]
