@@ -14,7 +14,11 @@ each large family):
   two passes): the graph after the window has the same edges whatever the order within
   it, so each window is solved by :func:`alphagrad.evaluator.optimal` from the state
   before it, and the change is kept when the whole order's cost falls. Its gain is what
-  annealing left in reach of a local exact search.
+  annealing left in reach of a local exact search;
+* **longer and restarted** (``--longer F``, 0: not run): annealing as the agent runs it
+  for ``F`` times ``--budget``, and the best of ``--restarts`` runs of the same total
+  time from uniformly random orders (the first time from each): what more time, and
+  starts unlike every heuristic's, find beyond ``--budget``.
 
 Prints and writes ``OUT/report.md`` (and ``report.json``).
 """
@@ -68,7 +72,7 @@ def exact_windows(ev, order, window: int, passes: int = 2) -> list[int]:
 
 
 def run(model: str, data: str, split: str, per_family: int, budget: float, samples: int, window: int,
-        seed: int) -> dict:
+        seed: int, longer: float = 0.0, restarts: int = 8) -> dict:
     import alphagrad
     from alphagrad import baselines
     from alphagrad.evaluator import Evaluator
@@ -97,6 +101,12 @@ def run(model: str, data: str, split: str, per_family: int, budget: float, sampl
                      "windows": round(ev.cost(local) / scale, 4),
                      "windows_seconds": round(time.perf_counter() - t0, 1)})
         r = rows[-1]
+        if longer:
+            rng = np.random.default_rng(seed)
+            r["longer"] = round(ev.cost(baselines.anneal(graph, budget_s=longer * budget, seed=seed)) / scale, 4)
+            r["restarts"] = round(min(ev.cost(baselines.anneal(
+                graph, budget_s=longer * budget / restarts, seed=seed + 1 + k,
+                start=[int(v) for v in rng.permutation(graph.intermediates)])) for k in range(restarts)) / scale, 4)
         print(f"{r['name']}: spread {r['spread']:.4f}, anneal {r['anneal']:.4f} -> exact windows {r['windows']:.4f}",
               file=sys.stderr, flush=True)
     return {"rows": rows}
@@ -109,17 +119,22 @@ def _gmean(xs) -> float:
 def markdown(report: dict) -> str:
     rows = report["rows"]
     names = list(rows[0]["annealed"])
+    more = [k for k in ("longer", "restarts") if k in rows[0]]
+    heads = {"longer": f"anneal x{report.get('longer', 0):g} time",
+             "restarts": f"best of {report.get('restarts', 0)} random restarts, same time"}
     lines = ["| graph | intermediates | " + " | ".join(f"{n} (start)" for n in names)
-             + " | spread | anneal | + exact windows | windows s |",
-             "|---|---|" + "---|" * (len(names) + 4)]
+             + " | spread | anneal | + exact windows | windows s |" + "".join(f" {heads[k]} |" for k in more),
+             "|---|---|" + "---|" * (len(names) + 4 + len(more))]
     for r in rows:
         lines.append(f"| {r['name']} | {r['intermediates']} | "
                      + " | ".join(f"{r['annealed'][n]:.3f} ({r['starts'][n]:.2f})" for n in names)
-                     + f" | {r['spread']:.3f} | {r['anneal']:.4f} | {r['windows']:.4f} | {r['windows_seconds']:.1f} |")
+                     + f" | {r['spread']:.3f} | {r['anneal']:.4f} | {r['windows']:.4f} | {r['windows_seconds']:.1f} |"
+                     + "".join(f" {r[k]:.4f} |" for k in more))
     lines.append("| geometric mean | | " + " | ".join(f"**{_gmean([r['annealed'][n] for r in rows]):.4f}**"
                                                for n in names)
                  + f" | **{_gmean([r['spread'] for r in rows]):.4f}** | **{_gmean([r['anneal'] for r in rows]):.4f}**"
-                 f" | **{_gmean([r['windows'] for r in rows]):.4f}** | |")
+                 f" | **{_gmean([r['windows'] for r in rows]):.4f}** | |"
+                 + "".join(f" **{_gmean([r[k] for r in rows]):.4f}** |" for k in more))
     return "\n".join(lines)
 
 
@@ -131,6 +146,9 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=3, help="sampled network orders as starts (default 3)")
     p.add_argument("--window", type=int, default=10, help="positions per exactly re-ordered window (default 10)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--longer", type=float, default=0.0,
+                   help="also anneal for this many times --budget, and restart from random orders (default 0: not run)")
+    p.add_argument("--restarts", type=int, default=8, help="random restarts sharing the --longer time (default 8)")
     p.add_argument("--out", default="eval/results/plateau")
     args = p.parse_args(argv)
     if not 0 < args.budget < float("inf"):
@@ -139,12 +157,18 @@ def main(argv=None) -> int:
         p.error(f"--window {args.window!r} must be 2..16 (the exact search grows as 2^window)")
     if args.samples < 0:
         p.error(f"--samples {args.samples!r} must be >= 0")
+    if not 0 <= args.longer < float("inf") or args.restarts < 1:
+        p.error(f"--longer {args.longer!r} must be a finite number >= 0 and --restarts {args.restarts!r} >= 1")
     report = run(args.model, args.data, args.split, args.per_family, args.budget, args.samples, args.window,
-                 args.seed)
+                 args.seed, args.longer, args.restarts)
+    if args.longer:
+        report.update(longer=args.longer, restarts=args.restarts)
     write_report(p, args, argv, report, markdown, "Where annealing stops",
                  f"cost / best baseline after {args.budget:g} s of annealing from each start (the start's own "
                  f"in brackets), the spread (dearest / cheapest), and annealing on every core followed by exact "
-                 f"windows of {args.window} positions")
+                 f"windows of {args.window} positions" + (f"; then annealing for {args.longer:g} x {args.budget:g} s "
+                 f"on every core, and the best of {args.restarts} runs sharing that time from random orders"
+                 if args.longer else ""))
     return 0
 
 

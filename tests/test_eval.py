@@ -431,16 +431,19 @@ def test_bench_plateau_anneals_from_each_start_and_windows_never_cost_more(data,
 
     out = str(tmp_path / "plateau")
     assert BP.main(["--model", model, "--data", data, "--budget", "0.1", "--samples", "1", "--window", "6",
-                    "--out", out]) == 0
+                    "--longer", "2", "--restarts", "2", "--out", out]) == 0
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert report["rows"]
     for r in report["rows"]:
         assert list(r["annealed"]) == ["forward", "reverse", "markowitz", "network greedy", "network sample 0"]
         assert r["windows"] <= r["anneal"] <= 1.0
         assert r["spread"] == pytest.approx(max(r["annealed"].values()) / min(r["annealed"].values()), abs=1e-3)
-    assert "| geometric mean |" in _read(os.path.join(out, "report.md"))
-    with pytest.raises(SystemExit):
-        BP.main(["--model", model, "--data", data, "--window", "30", "--out", out])
+        assert 0 < r["longer"] <= 1.0 and r["restarts"] > 0  # annealing never returns worse than its baselines
+    md = _read(os.path.join(out, "report.md"))
+    assert "| geometric mean |" in md and "anneal x2 time" in md and "best of 2 random restarts" in md
+    for bad in (["--window", "30"], ["--longer", "-1"], ["--longer", "2", "--restarts", "0"]):
+        with pytest.raises(SystemExit):
+            BP.main(["--model", model, "--data", data, *bad, "--out", out])
 
 
 def test_exact_windows_reach_the_optimum_when_one_window_holds_the_graph():
