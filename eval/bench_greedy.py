@@ -11,6 +11,10 @@ best baseline and over twice it: whether the network fits what it was taught. Gr
 some baseline eliminates for free (a few random programs) have no ratio and are left out.
 The per-graph table also gives forward, reverse and Markowitz over the same best
 baseline: which regime a graph is in (a sweep from one side, or local greedy choices).
+Each further model is also set against the first, graph by graph (:func:`paired`): the
+geometric mean of their cost ratios with a 90% bootstrap interval over the graphs, and how
+many graphs it plays cheaper and dearer; one or two graphs can move a group's mean by 5-60%
+between models, and the interval says when a difference is more than that.
 
 Writes ``OUT/report.json`` and ``OUT/report.md``; ``--readme README.md`` puts the summary
 between ``<!-- bench_greedy:start -->`` and ``<!-- bench_greedy:end -->``.
@@ -70,6 +74,26 @@ def measure(models: list, data: str, split: str, limit: int = 0) -> dict:
     return groups
 
 
+def paired(groups: dict, i: int, seed: int = 0) -> dict:
+    """Model ``i`` against model 0 of ``groups``, per group: ``{group: (geomean of the
+    per-graph cost ratios, (low, high) 90% percentile-bootstrap interval over the graphs or
+    None under two graphs, graphs cheaper, graphs dearer)}``."""
+    from scipy import stats
+
+    out = {}
+    for g, rows in groups.items():
+        if not rows:
+            continue
+        logs = np.log([r[2][i] / r[2][0] for r in rows])
+        interval = None
+        if len(logs) >= 2:
+            ci = stats.bootstrap((logs,), np.mean, confidence_level=0.9, n_resamples=9999, method="percentile",
+                                 rng=np.random.default_rng(seed)).confidence_interval
+            interval = (float(np.exp(ci.low)), float(np.exp(ci.high)))
+        out[g] = (float(np.exp(logs.mean())), interval, int((logs < 0).sum()), int((logs > 0).sum()))
+    return out
+
+
 def markdown(models: list, groups: dict) -> str:
     def geomean(rows, i):
         return float(np.exp(np.mean(np.log([r[2][i] for r in rows]))))
@@ -87,6 +111,20 @@ def markdown(models: list, groups: dict) -> str:
               "|---|---|" + "---|" * len(models)]
     lines += [f"| {g} | {len(rows)} | " + " | ".join(over(rows, i) for i in range(len(models))) + " |"
               for g, rows in groups.items() if rows]
+    if len(models) > 1:
+        lines += ["", f"Against `{models[0]}`, graph by graph: geometric mean of the cost ratios [90% bootstrap "
+                  "interval over the graphs], graphs played cheaper / dearer:", "",
+                  "| group | graphs | " + " | ".join(f"`{m}`" for m in models[1:]) + " |",
+                  "|---|---|" + "---|" * (len(models) - 1)]
+        against = [paired(groups, i) for i in range(1, len(models))]
+
+        def cell(x):
+            mean, interval, cheaper, dearer = x
+            span = f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else ""
+            return f"{mean:.3f}{span}, {cheaper} / {dearer}"
+
+        lines += [f"| {g} | {len(rows)} | " + " | ".join(cell(a[g]) for a in against) + " |"
+                  for g, rows in groups.items() if rows]
     lines += ["", "| graph | intermediates | " + " | ".join(f"`{m}`" for m in models)
               + " | forward | reverse | Markowitz |", "|---|---|" + "---|" * (len(models) + 3)]
     for g, rows in groups.items():

@@ -409,6 +409,35 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
         BG.main(["--models", model, "--data", data, "--limit", "-1", "--out", out])
 
 
+def test_bench_greedy_sets_each_model_against_the_first_graph_by_graph():
+    """The paired comparison: the geometric mean of per-graph ratios to the first model,
+    an interval that is a point when every graph moves alike and spans 1 when one graph
+    alone makes the difference, counts of graphs cheaper and dearer, none under 2 graphs."""
+    from eval import bench_greedy as BG
+
+    def rows(first, second):
+        return [(f"g{k}", 10, [a, b], {}) for k, (a, b) in enumerate(zip(first, second))]
+
+    groups = {"alike": rows([1.0, 2.0, 4.0], [0.9, 1.8, 3.6]),
+              "one graph": rows([1.0] * 10, [1.0] * 9 + [0.1]),
+              "mixed": rows([1.0, 1.0, 1.0, 1.0], [0.5, 2.0, 1.0, 1.0]),
+              "single": rows([2.0], [1.0]), "empty": []}
+    got = BG.paired(groups, 1)
+    assert "empty" not in got
+    mean, (low, high), cheaper, dearer = got["alike"]
+    assert mean == pytest.approx(0.9) and low == pytest.approx(0.9) and high == pytest.approx(0.9)
+    assert (cheaper, dearer) == (3, 0)
+    mean, (low, high), cheaper, dearer = got["one graph"]
+    assert mean == pytest.approx(0.1 ** 0.1) and low < mean < high == pytest.approx(1.0) and (cheaper, dearer) == (1, 0)
+    mean, (low, high), cheaper, dearer = got["mixed"]
+    assert mean == pytest.approx(1.0) and low < 1 < high and (cheaper, dearer) == (1, 1)
+    assert got["single"] == (pytest.approx(0.5), None, 1, 0)
+    assert BG.paired(groups, 1) == got  # seeded: the same interval every run
+    text = BG.markdown(["a", "b"], groups)
+    assert "Against `a`, graph by graph" in text and "| single | 1 | 0.500, 1 / 0 |" in text
+    assert "Against" not in BG.markdown(["a"], {g: [(n, k, r[:1], m) for n, k, r, m in v] for g, v in groups.items()})
+
+
 def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, tmp_path):
     from eval import bench_schedule as BS
 
