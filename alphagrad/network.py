@@ -157,15 +157,20 @@ def decoder_weights(params, h) -> tuple:
             f64(p["second"]["bias"]), f64(p["logit"]["kernel"][:, 0]), float(p["logit"]["bias"][0]))
 
 
-def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25, regret_weight: float = 0.0):
+def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25, regret_weight: float = 0.0,
+                reinforce_weight: float = 1.0):
     """Loss on a batch of ``G`` graphs with ``K`` states each (:mod:`train.data`):
     cross-entropy to the soft policy target over the legal moves, plus ``regret_weight``
     times the policy's expected regret (``batch["regret"]``: ``log1p`` of what each move
     adds to the completed cost over that cost; 0 where unscored), so that a move that
     multiplies the cost weighs more than one that is merely not the best; both weighted
     towards the endgame (weight ``0.5 + progress``); plus ``value_weight`` times the Huber
-    error (delta 1: squared below 1, linear above) of the normalised cost-to-go. Returns
-    ``(loss, metrics)``; ``greedy_regret`` is the regret of the policy's best move."""
+    error (delta 1: squared below 1, linear above) of the normalised cost-to-go. States of
+    the policy's own sampled orders (``batch["sampled"]``, from rollout label sets) take
+    the REINFORCE term instead of the cross-entropy: ``-advantage * log p(move taken)``
+    under the policy at the order's sampling temperature, times ``reinforce_weight``, every
+    depth alike (the order's cost is their sum). Returns ``(loss, metrics)``;
+    ``greedy_regret`` is the regret of the policy's best move."""
 
     def one(static, src, dst, edge, ne, vmask, dynamic, legal, progress):
         h = net.apply(params, static, src, dst, edge, ne, vmask, method=PolicyNet.encode)
@@ -179,7 +184,8 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25,
     target = batch["target"]
     xent = -(target * jnp.where(legal, logp, 0.0)).sum(-1)
     entropy = -(target * jnp.where(target > 0, jnp.log(jnp.where(target > 0, target, 1.0)), 0.0)).sum(-1)
-    weight = batch["weight"] * (0.5 + batch["progress"])
+    sampled = batch.get("sampled", jnp.zeros_like(legal[..., 0]))
+    weight = batch["weight"] * (0.5 + batch["progress"]) * ~sampled
     denom = jnp.maximum(weight.sum(), 1e-9)
     policy = (weight * xent).sum() / denom
     excess = (weight * (xent - entropy)).sum() / denom
@@ -194,6 +200,13 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25,
 
     value_err = optax.huber_loss(value, batch["value"], delta=1.0)
     value_loss = (batch["weight"] * value_err).sum() / jnp.maximum(batch["weight"].sum(), 1e-9)
-    return policy + regret_weight * regret + value_weight * value_loss, {
+    rl_weight = batch["weight"] * sampled
+    reinforce = 0.0
+    if "advantage" in batch:
+        logp_t = jax.nn.log_softmax(jnp.where(legal, logits / batch["temperature"][..., None], -1e9), axis=-1)
+        taken = jnp.argmax(target, -1)[..., None]
+        reinforce = -(rl_weight * batch["advantage"] * jnp.take_along_axis(logp_t, taken, -1)[..., 0]).sum() \
+            / jnp.maximum(rl_weight.sum(), 1e-9)
+    return policy + regret_weight * regret + value_weight * value_loss + reinforce_weight * reinforce, {
         "policy_loss": policy, "excess": excess, "value_loss": value_loss, "accuracy": accuracy,
-        "regret": regret, "greedy_regret": greedy_regret}
+        "regret": regret, "greedy_regret": greedy_regret, "reinforce": reinforce}

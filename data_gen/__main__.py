@@ -85,6 +85,13 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--splits", type=int, default=None,
                      help="with --policy: label this many of the policy's states per graph, at depths spread "
                           f"over its game, one row each (default {LabelConfig.splits})")
+    lab.add_argument("--rollouts", type=int, default=None,
+                     help="with --policy: store this many orders sampled from the policy per graph with their "
+                          "advantage (a REINFORCE set, one row per order) instead of annealed completions")
+    lab.add_argument("--temperature", type=float, default=None,
+                     help=f"with --rollouts: the sampling temperature (default {LabelConfig.temperature})")
+    lab.add_argument("--positions", type=int, default=None,
+                     help=f"labelled states per graph, or with --rollouts per order (default {LabelConfig.positions})")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -147,7 +154,13 @@ def main(argv=None) -> int:
             p.error("--screen sets how a policy's states are completed; it needs --policy MODEL")
         if args.splits is not None and args.policy is None:
             p.error("--splits sets how many of a policy's states are labelled; it needs --policy MODEL")
-        given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits)) if v is not None}
+        if args.rollouts is not None and args.policy is None:
+            p.error("--rollouts samples a policy's orders; it needs --policy MODEL")
+        if args.temperature is not None and args.rollouts is None:
+            p.error("--temperature is the sampling temperature of --rollouts; it needs --rollouts N")
+        given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits), ("rollouts", args.rollouts),
+                                   ("temperature", args.temperature), ("positions", args.positions))
+                 if v is not None}
         try:  # LabelConfig checks the bounds
             config = labels.LabelConfig(**given)
         except ValueError as e:

@@ -25,6 +25,17 @@ kept, and the positions from the split on are labelled the same way, in DIR/dagg
 spread over its game, one row each. The trainer reads several label sets
 (``data.labels``).
 
+``python -m data_gen label --data DIR --policy MODEL --rollouts N --name rollouts-1``
+stores the policy's own sampled games instead, for a sequence-level objective
+(REINFORCE with the shared baseline of POMO, Kwon et al. 2020): N orders per graph
+sampled at ``--temperature`` (one row each), ``positions`` states along each at evenly
+spaced depths with the move taken there as the target, and the order's ``advantage``:
+how much cheaper it is than the graph's N samples on average, ``-(log c - mean log c)``
+over their standard deviation (at least :data:`ADVANTAGE_FLOOR`). What per-move
+imitation of annealed completions cannot say, these rows do: which of the policy's own
+games ended cheap. A graph whose N samples all cost the same has nothing to teach and
+gets no rows.
+
 ``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
 ``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
 ``moves`` (per position: the vertices whose move to that position keeps the cost
@@ -32,7 +43,9 @@ minimal) and ``deltas`` (their cost change, <= 0; equal to the minimum); ``regre
 position: for the candidates ``order[t:t + horizon]`` in that order, what moving each to
 ``t`` adds to the cheapest move's cost, over the order's cost, float32, at most
 ``regret_cap``); ``to_go`` (per
-position: what the order spends from there); ``anneal_moves``; ``seconds``.
+position: what the order spends from there); ``anneal_moves``; ``seconds``; in rollout
+sets also ``advantage`` and ``temperature`` (of the sampled order; ``deltas`` and
+``regrets`` are empty there: nothing was scored but the move taken).
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -50,6 +64,10 @@ import numpy as np
 
 #: Version of the label columns; the trainer refuses labels of another version.
 LABEL_SCHEMA_VERSION = 2
+#: The least standard deviation of log cost an advantage is divided by: samples that
+#: differ by well under 2% teach little, and dividing by their spread alone would make
+#: them teach as much as samples that differ 2-fold.
+ADVANTAGE_FLOOR = 0.02
 LABEL_SPLITS = ("train", "validation")
 _META_KEY = b"alphagrad.labels"
 
@@ -75,6 +93,10 @@ class LabelConfig:
         leaves the policy's mistakes at other depths unlabelled round after round (its
         depth is drawn from the graph's hash), and a free move that makes the rest cost
         hundreds of times more can lie at any depth.
+      rollouts: labels of a policy: 0 (its states completed by annealing, above), or this
+        many orders sampled from it per graph, stored with their advantage (the module
+        docstring; ``positions`` states along each).
+      temperature: the sampling temperature of ``rollouts``.
       chunk_size: graphs per saved chunk.
     """
 
@@ -86,36 +108,54 @@ class LabelConfig:
     regret_cap: float = 3.0
     screen: int = 8
     splits: int = 1
+    rollouts: int = 0
+    temperature: float = 0.25
     chunk_size: int = 64
 
     def __post_init__(self):
-        for name, lowest in (("screen", 0), ("splits", 1), ("positions", 1)):
+        for name, lowest in (("screen", 0), ("splits", 1), ("positions", 1), ("rollouts", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValueError(f"{name} = {value!r} must be >= {lowest} (an integer)")
+        if self.rollouts == 1:
+            raise ValueError("rollouts = 1: an advantage needs at least 2 samples of a graph to compare")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+                and self.temperature > 0):
+            raise ValueError(f"temperature = {self.temperature!r} must be a finite number > 0")
 
     def identity(self, policy: bool = False) -> dict:
         """What the labels depend on (``policy``: of a policy's states, which screen and
         how many splits; one split, as before there was a choice, is left out)."""
         d = dataclasses.asdict(self)
         d.pop("chunk_size")
-        if not policy:
+        if not policy or self.rollouts:
             d.pop("screen")
-        if not policy or self.splits == 1:
+        if not policy or self.splits == 1 or self.rollouts:
             d.pop("splits")
+        if not self.rollouts:
+            d.pop("rollouts")
+            d.pop("temperature")
+        else:
+            for name in ("moves_per_vertex", "min_moves", "max_moves", "horizon", "regret_cap"):
+                d.pop(name)  # nothing is annealed or scored
         return {"label_schema_version": LABEL_SCHEMA_VERSION, **d}
 
 
-def features():
+def features(rollouts: bool = False):
+    """The label columns (``rollouts``: of a rollout set, with ``advantage`` and
+    ``temperature``)."""
     import datasets as hf
 
-    i32, i64 = hf.Value("int32"), hf.Value("int64")
-    return hf.Features({
+    i32, i64, f32 = hf.Value("int32"), hf.Value("int64"), hf.Value("float32")
+    cols = {
         "graph_hash": hf.Value("string"), "order": hf.List(i32), "cost": i64, "best_baseline": i64,
         "positions": hf.List(i32), "moves": hf.List(hf.List(i32)), "deltas": hf.List(hf.List(i64)),
-        "regrets": hf.List(hf.List(hf.Value("float32"))),
-        "to_go": hf.List(i64), "anneal_moves": i64, "seconds": hf.Value("float32"),
-    })
+        "regrets": hf.List(hf.List(f32)),
+        "to_go": hf.List(i64), "anneal_moves": i64, "seconds": f32,
+    }
+    if rollouts:
+        cols.update(advantage=f32, temperature=f32)
+    return hf.Features(cols)
 
 
 def positions(n: int, count: int) -> np.ndarray:
@@ -189,6 +229,41 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": cost,
             "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
             "regrets": regrets, "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def rollout_rows(graph, config: LabelConfig, best_baseline: int, player) -> list[dict]:
+    """The rows of one graph in a rollout set (the module docstring): ``config.rollouts``
+    orders sampled from ``player`` at ``config.temperature`` (seeds from the graph's
+    hash), each with ``config.positions`` states at evenly spaced depths (a random offset
+    per order) and its advantage over the graph's samples; no rows where they all cost
+    the same."""
+    from alphagrad.evaluator import step_costs
+
+    t0 = time.perf_counter()
+    ev, n = player.ev, len(graph.intermediates)
+    if n < 2:
+        return []
+    seed = _seed(graph.fingerprint)
+    orders = [np.asarray(player.play(config.temperature, seed + k), np.int64) for k in range(config.rollouts)]
+    costs = np.asarray([ev.cost(o) for o in orders], np.float64)
+    logs = np.log(np.maximum(costs, 1.0))
+    if np.ptp(logs) == 0:
+        return []
+    advantage = -(logs - logs.mean()) / max(float(logs.std()), ADVANTAGE_FLOOR)
+    rng = np.random.default_rng(seed)
+    count = min(config.positions, n)
+    seconds = round((time.perf_counter() - t0) / config.rollouts, 3)
+    rows = []
+    for order, cost, a in zip(orders, costs, advantage):
+        pos = np.unique(np.floor((np.arange(count) + rng.random()) * n / count).astype(np.int64))
+        steps, _ = ev.run(step_costs, order, ev.compose, ev.join, ev.cost_table)
+        to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]
+        rows.append({"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": int(cost),
+                     "best_baseline": int(best_baseline), "positions": pos.tolist(),
+                     "moves": [[int(order[t])] for t in pos], "deltas": [[] for _ in pos],
+                     "regrets": [[] for _ in pos], "to_go": to_go.tolist(), "anneal_moves": 0,
+                     "seconds": seconds, "advantage": float(a), "temperature": float(config.temperature)})
+    return rows
 
 
 def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: int = 8) -> np.ndarray:
@@ -284,9 +359,12 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
             rows.append(label_graph(g, config, r["best_baseline"]))
             continue
         player = _player(policy, g, r["best_baseline"])
+        if config.rollouts:
+            rows.extend(rollout_rows(g, config, r["best_baseline"], player))
+            continue
         played = player.play(0.0)
         rows.extend(label_graph(g, config, r["best_baseline"], player, k, played) for k in range(config.splits))
-    table = pa.Table.from_pylist(rows, schema=features().arrow_schema).replace_schema_metadata(
+    table = pa.Table.from_pylist(rows, schema=features(config.rollouts > 0).arrow_schema).replace_schema_metadata(
         {_META_KEY: json.dumps({"key": key}).encode()})
     tmp = f"{path}.tmp-{os.getpid()}"
     pq.write_table(table, tmp)
@@ -315,6 +393,9 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
+    if config.rollouts and policy is None:
+        raise ValueError(f"rollouts = {config.rollouts} samples a policy's orders; give the model with policy=MODEL "
+                         f"(--policy)")
     identity = config.identity(policy is not None)
     if policy is not None:
         identity["policy_sha256"] = policy_digest(policy)
@@ -372,7 +453,7 @@ def _write(out: str, identity: dict, chunks: list) -> dict:
 
     from data_gen.dataset import save_dataset_dict, write_json
 
-    feats = features()
+    feats = features("rollouts" in identity)
     splits = {}
     for split in LABEL_SPLITS:
         tables = [pq.read_table(c[3]).replace_schema_metadata(None) for c in chunks if c[0] == split]

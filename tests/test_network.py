@@ -186,3 +186,54 @@ def test_policy_loss_gradient_lowers_the_loss(params):
         assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(g))
         p = jax.tree_util.tree_map(lambda a, b: a - 0.05 * b, p, g)
     assert float(fn(p)[0]) < 0.8 * float(first)
+
+
+def test_reinforce_term_raises_the_moves_of_cheap_samples_and_lowers_those_of_dear_ones(params):
+    """States of sampled orders (``sampled``) leave the cross-entropy and take
+    ``-advantage * log p_T(move taken)``: its value is that, recomputed by hand, and
+    descending it makes the move of a positive advantage likelier, the move of a negative
+    one less likely, at the sampling temperature."""
+    rng = np.random.default_rng(5)
+    batch = _batch(rng)
+    plain = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25, 0.5))(params, batch)[1]
+    taken = {(0, 0): 0, (0, 1): int(np.flatnonzero(batch["legal"][0, 1])[-1])}
+    sampled = np.zeros((2, 3), bool)
+    advantage = np.zeros((2, 3), np.float32)
+    target = batch["target"].copy()
+    for (g, k), a in taken.items():
+        sampled[g, k] = True
+        target[g, k] = 0.0
+        target[g, k, a] = 1.0
+    advantage[0, 0], advantage[0, 1] = 1.5, -0.7
+    rl = {**batch, "target": target, "sampled": sampled, "advantage": advantage,
+          "temperature": np.full((2, 3), 0.5, np.float32)}
+    fn = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25, 0.5, 2.0))
+    loss, m = fn(params, rl)
+    # by hand: the mean over the sampled states of -advantage * log softmax(logits / T)[taken]
+    h = _encode(params, batch["static"][0], batch["src"][0], batch["dst"][0], batch["edge_features"][0],
+                batch["num_edges"][0], batch["vmask"][0])
+    logits = np.asarray(_decode(params, h[None], batch["dynamic"][0], batch["legal"][0], batch["progress"][0])[0],
+                        np.float64)
+
+    def logp(k, z):
+        z = np.where(batch["legal"][0, k], z / 0.5, -np.inf)
+        return z - z.max() - np.log(np.exp(z - z.max()).sum())
+
+    by_hand = -np.mean([advantage[0, k] * logp(k, logits[k])[a] for (_, k), a in taken.items()])
+    assert float(m["reinforce"]) == pytest.approx(by_hand, rel=1e-4)
+    # the sampled states left the cross-entropy: it is that of the other states
+    unsampled = {**batch, "weight": np.where(sampled, 0.0, batch["weight"]).astype(np.float32)}
+    assert float(m["policy_loss"]) == pytest.approx(float(fn(params, unsampled)[1]["policy_loss"]), rel=1e-5)
+    assert float(m["policy_loss"]) != pytest.approx(float(plain["policy_loss"]), rel=1e-3)
+    # a few steps on the REINFORCE term alone
+    only = jax.jit(jax.grad(lambda p: policy_loss(NET, p, {**rl, "weight": np.where(sampled, 1.0, 0.0)
+                                                           .astype(np.float32)}, 0.0, 0.0, 1.0)[0]))
+    p = params
+    for _ in range(5):
+        p = jax.tree_util.tree_map(lambda a, b: a - 0.05 * b, p, only(p))
+    h2 = _encode(p, batch["static"][0], batch["src"][0], batch["dst"][0], batch["edge_features"][0],
+                 batch["num_edges"][0], batch["vmask"][0])
+    after = np.asarray(_decode(p, h2[None], batch["dynamic"][0], batch["legal"][0], batch["progress"][0])[0],
+                       np.float64)
+    assert logp(0, after[0])[taken[0, 0]] > logp(0, logits[0])[taken[0, 0]]
+    assert logp(1, after[1])[taken[0, 1]] < logp(1, logits[1])[taken[0, 1]]

@@ -821,3 +821,69 @@ def test_a_dagger_round_with_splits_labels_states_spread_over_the_policys_game(d
         with pytest.raises(SystemExit):
             data_gen_main(["label", "--data", copy, "--no-progress", *args])
         assert message in capsys.readouterr().err
+
+
+def test_a_rollout_set_stores_the_policys_sampled_orders_and_trains_on_their_advantage(data, full_run, tmp_path,
+                                                                                       capsys):
+    """``rollouts`` N: up to N rows per graph, each an order the policy samples at the
+    set's temperature (seeded by the graph's hash), the move taken at each labelled
+    depth as the target and the order's advantage over the graph's samples (cheaper:
+    higher; zero mean); the trainer reads them as REINFORCE states beside the labels."""
+    import datasets as hf
+
+    import alphagrad
+    from data_gen.dataset import row_to_graph
+
+    workdir, _ = full_run
+    model = os.path.join(workdir, "best_model")
+    copy = _copy(data, tmp_path)
+    config = dataclasses.replace(LABELS, rollouts=4, temperature=2.0, positions=6)
+    rows = L.build_labels(copy, config, progress=False, policy=model, name="rollouts", limit=8)
+    manifest = json.load(open(os.path.join(copy, "rollouts", "labels.json")))["config"]
+    assert (manifest["rollouts"], manifest["temperature"]) == (4, 2.0) and "screen" not in manifest
+    lab = L.load_labels(copy, "rollouts")["train"]
+    assert rows == {"train": len(lab), "validation": 0} and 0 < len(lab) <= 4 * 8
+    dd = hf.load_from_disk(copy)["train"]
+    agent = alphagrad.from_pretrained(model)
+    by_graph = collections.defaultdict(list)
+    for label in lab:
+        by_graph[label["graph_hash"]].append(label)
+    for r in dd.select(range(8)):
+        group = by_graph.get(r["graph_hash"], [])
+        g = row_to_graph(r)
+        player = agent.player(g, r["best_baseline"])
+        orders = [player.play(2.0, L._seed(g.fingerprint) + k) for k in range(4)]
+        costs = [alphagrad.cost(g, o) for o in orders]
+        if len(set(costs)) == 1:  # nothing to compare: no rows
+            assert group == []
+            continue
+        assert [x["order"] for x in group] == orders and [x["cost"] for x in group] == costs
+        adv = np.asarray([x["advantage"] for x in group])
+        assert abs(adv.mean()) < 1e-5 and np.argmax(adv) == np.argmin(costs) and np.argmin(adv) == np.argmax(costs)
+        for x in group:
+            assert x["temperature"] == 2.0 and len(x["positions"]) == min(6, len(x["order"]))
+            assert x["moves"] == [[x["order"][t]] for t in x["positions"]]
+    # the trainer: the rollout rows' states are sampled, with their order's advantage
+    both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "rollouts"))
+    visits = [(i, np.arange(len(r["positions"]))) for i, r in enumerate(both.rows)]
+    for i, which in visits:
+        s = both.states(i, which)
+        rollout = "advantage" in both.rows[i]
+        assert s["sampled"].all() == rollout and not (s["sampled"].any() and not rollout)
+        assert np.all(s["advantage"] == (both.rows[i]["advantage"] if rollout else 0.0))
+        assert np.all(s["temperature"] == (2.0 if rollout else 1.0))
+    run = tiny_config(copy, **{"data.labels": ["labels", "rollouts"], "init_from": model, "steps": 4,
+                               "reinforce_weight": 2.0})
+    out = loop.train(run, str(tmp_path / "run"), progress=False, tensorboard=False)
+    assert out["step"] == 4 and "reinforce" in out
+    # bad input: a rollout set needs a policy and two samples to compare
+    with pytest.raises(ValueError, match="needs a policy|policy=MODEL"):
+        L.build_labels(copy, config, progress=False, name="rollouts-2")
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        dataclasses.replace(LABELS, rollouts=1)
+    for args, message in ((["--rollouts", "4"], "needs --policy MODEL"),
+                          (["--temperature", "0.5", "--policy", model], "needs --rollouts N"),
+                          (["--rollouts", "4", "--temperature", "0", "--policy", model], "must be a finite number")):
+        with pytest.raises(SystemExit):
+            data_gen_main(["label", "--data", copy, "--no-progress", *args])
+        assert message in capsys.readouterr().err

@@ -82,6 +82,9 @@ class TrainConfig:
         add to the completed cost, from the labels' ``regrets``) next to the
         cross-entropy: a move that multiplies the cost is punished more than one that is
         merely not the best (0: cross-entropy alone).
+      reinforce_weight: weight of the REINFORCE term on the states of rollout label sets
+        (``python -m data_gen label --rollouts``: the policy's own sampled orders, each
+        move weighed by its order's advantage; :func:`alphagrad.network.policy_loss`).
       stakes_weight: a graph's training states weigh ``(m / c) ** stakes_weight``, with
         ``m / c`` what Markowitz's order costs over the label's (capped at 4): graphs
         where playing by the current elimination cost loses most, where a wrong move is
@@ -118,6 +121,7 @@ class TrainConfig:
     value_weight: float = 0.25
     regret_weight: float = 0.0
     stakes_weight: float = 0.0
+    reinforce_weight: float = 1.0
     max_vertices: int = 16384
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
@@ -137,7 +141,7 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        for name in ("stakes_weight", "regret_weight"):
+        for name in ("stakes_weight", "regret_weight", "reinforce_weight"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.ema_decay < 1:

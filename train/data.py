@@ -163,9 +163,12 @@ class LabelledGraphs:
             target[k, good] = 1.0 / len(good)
             r = np.asarray(row["regrets"][w], np.float32)
             regret[k, order[t:t + len(r)]] = np.log1p(r)
+        sampled = "advantage" in row  # a rollout set's row: the move taken, weighed by its order's advantage
         return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target, "regret": regret,
                 "value": (prep["to_go"][which] / self.scale(i)).astype(np.float32),
-                "progress": (pos / n).astype(np.float32)}
+                "progress": (pos / n).astype(np.float32), "sampled": np.full(K, sampled),
+                "advantage": np.full(K, row["advantage"] if sampled else 0.0, np.float32),
+                "temperature": np.full(K, row["temperature"] if sampled else 1.0, np.float32)}
 
 
 def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0,
@@ -263,7 +266,9 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
                stakes_weight: float = 0.0) -> dict:
     """The padded arrays of one batch: ``G`` graph slots of ``V`` vertices and ``E``
     edges, ``K`` states each; empty slots and states have weight 0, the others
-    ``exp(stakes_weight * stakes)`` (:meth:`LabelledGraphs.stakes`: 1 by default)."""
+    ``exp(stakes_weight * stakes)`` (:meth:`LabelledGraphs.stakes`: 1 by default);
+    ``sampled`` marks the states of rollout rows, with their order's ``advantage`` and
+    sampling ``temperature``."""
     out = {
         "static": np.zeros((G, V, policy.NUM_STATIC), np.float32), "src": np.zeros((G, E), np.int32),
         "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, policy.NUM_EDGE), np.float32),
@@ -272,6 +277,8 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         "target": np.zeros((G, K, V), np.float32), "regret": np.zeros((G, K, V), np.float32),
         "value": np.zeros((G, K), np.float32),
         "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
+        "sampled": np.zeros((G, K), bool), "advantage": np.zeros((G, K), np.float32),
+        "temperature": np.ones((G, K), np.float32),
     }
     for g, (i, which) in enumerate(visits):
         for k, v in policy.pad_inputs(data.inputs(i, which), V, E).items():
@@ -280,7 +287,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         n, k = s["legal"].shape[1], len(which)
         for key in ("dynamic", "legal", "target", "regret"):
             out[key][g, :k, :n] = s[key]
-        for key in ("value", "progress"):
+        for key in ("value", "progress", "sampled", "advantage", "temperature"):
             out[key][g, :k] = s[key]
         out["weight"][g, :k] = np.exp(stakes_weight * data.stakes(i)) if stakes_weight else 1.0
     return out

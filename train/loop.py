@@ -105,14 +105,14 @@ def optimizer(config: TrainConfig):
 
 
 @functools.lru_cache(maxsize=None)
-def update_fn(net, value_weight: float, regret_weight: float, tx):
+def update_fn(net, value_weight: float, regret_weight: float, tx, reinforce_weight: float = 1.0):
     """The jitted update ``(params, opt_state, batch) -> (params, opt_state, metrics)``
     (also what a per-graph fine-tune would reuse)."""
 
     @jax.jit
     def update(params, opt_state, batch):
         (loss, aux), grads = jax.value_and_grad(functools.partial(policy_loss, net), has_aux=True)(
-            params, batch, value_weight, regret_weight)
+            params, batch, value_weight, regret_weight, reinforce_weight)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, {"loss": loss, **aux}
 
@@ -126,8 +126,9 @@ def ema_fn(decay: float):
 
 
 @functools.lru_cache(maxsize=None)
-def _eval_fn(net, value_weight: float, regret_weight: float):
-    return jax.jit(lambda params, batch: policy_loss(net, params, batch, value_weight, regret_weight))
+def _eval_fn(net, value_weight: float, regret_weight: float, reinforce_weight: float):
+    return jax.jit(lambda params, batch: policy_loss(net, params, batch, value_weight, regret_weight,
+                                                     reinforce_weight))
 
 
 def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
@@ -157,7 +158,8 @@ def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
     metrics = []
     for visits in epoch_batches(data, 0, 0, config.tokens_per_batch, config.states_per_graph):
         V, E, K, G = batch_shape(data, visits, config)
-        _, aux = _eval_fn(net, config.value_weight, config.regret_weight)(params, make_batch(data, visits, V, E, K, G))
+        _, aux = _eval_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight)(
+            params, make_batch(data, visits, V, E, K, G))
         metrics.append({k: float(v) for k, v in aux.items()})
     for k in metrics[0]:
         out[f"val_{k}"] = float(np.mean([m[k] for m in metrics]))
@@ -340,7 +342,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
             start, state, meta = restored
             log.info("resumed from step %d", start)
     metrics_out = Metrics(workdir, start, tensorboard)
-    update = update_fn(net, config.value_weight, config.regret_weight, tx)
+    update = update_fn(net, config.value_weight, config.regret_weight, tx, config.reinforce_weight)
     average = ema_fn(config.ema_decay)
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
