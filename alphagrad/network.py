@@ -168,8 +168,9 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25,
     error (delta 1: squared below 1, linear above) of the normalised cost-to-go. States of
     the policy's own sampled orders (``batch["sampled"]``, from rollout label sets) take
     the REINFORCE term instead of the cross-entropy: ``-advantage * log p(move taken)``
-    under the policy at the order's sampling temperature, times ``reinforce_weight``, every
-    depth alike (the order's cost is their sum). Returns ``(loss, metrics)``;
+    under the policy at the order's sampling temperature, the advantage less its mean over
+    the graph slot's sampled states, times ``reinforce_weight``, every depth alike (the
+    order's cost is their sum). Returns ``(loss, metrics)``;
     ``greedy_regret`` is the regret of the policy's best move."""
 
     def one(static, src, dst, edge, ne, vmask, dynamic, legal, progress):
@@ -203,9 +204,13 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25,
     rl_weight = batch["weight"] * sampled
     reinforce = 0.0
     if "advantage" in batch:
+        # less the mean over the slot's sampled states (one graph's samples): the shared
+        # baseline of the samples in the batch, whatever subset of them it holds
+        adv = batch["advantage"]
+        adv = adv - (rl_weight * adv).sum(-1, keepdims=True) / jnp.maximum(rl_weight.sum(-1, keepdims=True), 1e-9)
         logp_t = jax.nn.log_softmax(jnp.where(legal, logits / batch["temperature"][..., None], -1e9), axis=-1)
         taken = jnp.argmax(target, -1)[..., None]
-        reinforce = -(rl_weight * batch["advantage"] * jnp.take_along_axis(logp_t, taken, -1)[..., 0]).sum() \
+        reinforce = -(rl_weight * adv * jnp.take_along_axis(logp_t, taken, -1)[..., 0]).sum() \
             / jnp.maximum(rl_weight.sum(), 1e-9)
     return policy + regret_weight * regret + value_weight * value_loss + reinforce_weight * reinforce, {
         "policy_loss": policy, "excess": excess, "value_loss": value_loss, "accuracy": accuracy,

@@ -209,7 +209,8 @@ def test_reinforce_term_raises_the_moves_of_cheap_samples_and_lowers_those_of_de
           "temperature": np.full((2, 3), 0.5, np.float32)}
     fn = jax.jit(lambda p, b: policy_loss(NET, p, b, 0.25, 0.5, 2.0))
     loss, m = fn(params, rl)
-    # by hand: the mean over the sampled states of -advantage * log softmax(logits / T)[taken]
+    # by hand: the mean over the sampled states of -advantage * log softmax(logits / T)[taken],
+    # the advantage less its mean over the slot's sampled states (1.5 and -0.7: 1.1 and -1.1)
     h = _encode(params, batch["static"][0], batch["src"][0], batch["dst"][0], batch["edge_features"][0],
                 batch["num_edges"][0], batch["vmask"][0])
     logits = np.asarray(_decode(params, h[None], batch["dynamic"][0], batch["legal"][0], batch["progress"][0])[0],
@@ -219,7 +220,8 @@ def test_reinforce_term_raises_the_moves_of_cheap_samples_and_lowers_those_of_de
         z = np.where(batch["legal"][0, k], z / 0.5, -np.inf)
         return z - z.max() - np.log(np.exp(z - z.max()).sum())
 
-    by_hand = -np.mean([advantage[0, k] * logp(k, logits[k])[a] for (_, k), a in taken.items()])
+    centred = {0: 1.1, 1: -1.1}
+    by_hand = -np.mean([centred[k] * logp(k, logits[k])[a] for (_, k), a in taken.items()])
     assert float(m["reinforce"]) == pytest.approx(by_hand, rel=1e-4)
     # the sampled states left the cross-entropy: it is that of the other states
     unsampled = {**batch, "weight": np.where(sampled, 0.0, batch["weight"]).astype(np.float32)}

@@ -863,15 +863,30 @@ def test_a_rollout_set_stores_the_policys_sampled_orders_and_trains_on_their_adv
         for x in group:
             assert x["temperature"] == 2.0 and len(x["positions"]) == min(6, len(x["order"]))
             assert x["moves"] == [[x["order"][t]] for t in x["positions"]]
-    # the trainer: the rollout rows' states are sampled, with their order's advantage
+    # the trainer: one entry per graph holds its samples' states, each with its order's
+    # advantage; a batch slot takes states of several samples under one encoder pass
     both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "rollouts"))
-    visits = [(i, np.arange(len(r["positions"]))) for i, r in enumerate(both.rows)]
-    for i, which in visits:
+    entries = [i for i, r in enumerate(both.rows) if r["label_set"] == "rollouts"]
+    base = TD.load_split(copy, "train", (64,), 64)
+    kept = {r["graph_hash"] for r in base.rows} & set(by_graph)  # those that fit the bucket
+    assert len(entries) == len(kept) > 0 and len(both) == len(base) + len(entries)
+    for i in entries:
+        row, group = both.rows[i], by_graph[both.rows[i]["graph_hash"]]
+        assert row["orders"] == [x["order"] for x in group]
+        which = np.arange(len(row["positions"]))
         s = both.states(i, which)
-        rollout = "advantage" in both.rows[i]
-        assert s["sampled"].all() == rollout and not (s["sampled"].any() and not rollout)
-        assert np.all(s["advantage"] == (both.rows[i]["advantage"] if rollout else 0.0))
-        assert np.all(s["temperature"] == (2.0 if rollout else 1.0))
+        assert s["sampled"].all() and np.all(s["temperature"] == 2.0)
+        k = 0
+        for n, x in enumerate(group):
+            for t, move in zip(x["positions"], x["moves"]):
+                assert s["advantage"][k] == np.float32(x["advantage"]) and s["target"][k, move[0]] == 1.0
+                assert sorted(np.flatnonzero(s["legal"][k])) == sorted(x["order"][t:])
+                k += 1
+        raw = both.prepared(i)["dynamic"]
+        assert raw.shape[0] == len(row["positions"])
+    assert not any(both.states(i, [0])["sampled"].any() for i in range(len(both)) if i not in entries)
+    with pytest.raises(C.ConfigError, match="encodings 1"):
+        TD.load_split(copy, "train", (64,), 64, labels=("labels", "rollouts"), encodings=2)
     run = tiny_config(copy, **{"data.labels": ["labels", "rollouts"], "init_from": model, "steps": 4,
                                "reinforce_weight": 2.0})
     out = loop.train(run, str(tmp_path / "run"), progress=False, tensorboard=False)

@@ -78,11 +78,20 @@ class LabelledGraphs:
             g, ev = self.evaluated(i)
             first = policy.graph_inputs(g, ev, self.scale(i))
             for j in self.siblings(i):
-                order = np.asarray(self.rows[j]["order"], np.int64)
-                pos = np.asarray(self.rows[j]["positions"], np.int64)
-                raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table, ev.entries)
-                inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), order[:t]) if t else first
-                          for t in np.unique(self.stretch(j, pos))}
+                row = self.rows[j]
+                if "orders" in row:  # a graph's sampled orders (one encoding: the graph as traced)
+                    pos, of = np.asarray(row["positions"], np.int64), np.asarray(row["rollout"], np.int64)
+                    runs = [ev.run(policy.observe_along, np.asarray(o, np.int64), pos[of == k], ev.compose, ev.join,
+                                   ev.cost_table, ev.entries) for k, o in enumerate(row["orders"])]
+                    raw, to_go = np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
+                    inputs = {0: first}
+                else:
+                    order = np.asarray(row["order"], np.int64)
+                    pos = np.asarray(row["positions"], np.int64)
+                    raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table,
+                                           ev.entries)
+                    inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), order[:t]) if t else first
+                              for t in np.unique(self.stretch(j, pos))}
                 self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
                                  "to_go": to_go}
         return self.cache[i]
@@ -90,7 +99,7 @@ class LabelledGraphs:
     def stretch(self, i: int, pos) -> np.ndarray:
         """Where the stretch of entry ``i``'s order that each of positions ``pos`` lies in
         starts: the network encodes the graph left there (:attr:`encodings`)."""
-        step = policy.moves_per_encoding(len(self.rows[i]["order"]), self.encodings)
+        step = policy.moves_per_encoding(int(self.rows[i]["num_intermediates"]), self.encodings)
         return (np.asarray(pos, np.int64) // step) * step
 
     def inputs(self, i: int, which) -> dict:
@@ -149,8 +158,8 @@ class LabelledGraphs:
         the row's ``positions``) of graph ``i``, unpadded."""
         prep = self.prepared(i)
         row = self.rows[i]
-        order = np.asarray(row["order"], np.int64)
-        n, V = len(order), int(row["num_vertices"])
+        sampled = "orders" in row  # a graph's sampled orders: the move taken, weighed by its order's advantage
+        n, V = int(row["num_intermediates"]), int(row["num_vertices"])
         which = np.sort(np.asarray(which))
         pos = np.asarray(row["positions"], np.int64)[which]
         K = len(pos)
@@ -158,16 +167,16 @@ class LabelledGraphs:
         target = np.zeros((K, V), np.float32)
         regret = np.zeros((K, V), np.float32)
         for k, (w, t) in enumerate(zip(which, pos)):
-            legal[k, order[t:]] = True
+            order = row["orders"][row["rollout"][w]] if sampled else row["order"]
+            legal[k, np.asarray(order[t:], np.int64)] = True
             good = np.asarray(row["moves"][w], np.int64)
             target[k, good] = 1.0 / len(good)
             r = np.asarray(row["regrets"][w], np.float32)
-            regret[k, order[t:t + len(r)]] = np.log1p(r)
-        sampled = "advantage" in row  # a rollout set's row: the move taken, weighed by its order's advantage
+            regret[k, np.asarray(order[t:t + len(r)], np.int64)] = np.log1p(r)
         return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target, "regret": regret,
                 "value": (prep["to_go"][which] / self.scale(i)).astype(np.float32),
                 "progress": (pos / n).astype(np.float32), "sampled": np.full(K, sampled),
-                "advantage": np.full(K, row["advantage"] if sampled else 0.0, np.float32),
+                "advantage": np.asarray(row["advantage"], np.float32)[which] if sampled else np.zeros(K, np.float32),
                 "temperature": np.full(K, row["temperature"] if sampled else 1.0, np.float32)}
 
 
@@ -217,7 +226,15 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                 raise ConfigError(f"the labels {name!r} of graph {row['graph_hash']} in {path!r} do not match the "
                                   f"graph (another build?); rebuild them with `python -m data_gen label --data "
                                   f"{path}` after deleting {path}/{name}")
-            rows.append({**row, **label, "label_set": name})
+        for name, _ in sets:
+            mine = [label for n, label in found if n == name]
+            if mine and "advantage" in mine[0]:
+                if encodings != 1:
+                    raise ConfigError(f"the rollout set {name!r} of {path!r} holds orders sampled from the graph as "
+                                      f"traced; it trains a network of encodings 1, not {encodings}")
+                rows.append(_rollout_entry(row, mine, name))
+            else:
+                rows.extend({**row, **label, "label_set": name} for label in mine)
         graphs += 1
         if limit and graphs >= limit:
             break
@@ -226,6 +243,24 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                           f"left out: {skipped})")
     bucket = np.asarray([bucket_of(r["num_vertices"], buckets) for r in rows])
     return LabelledGraphs(rows, bucket, skipped, encodings)
+
+
+def _rollout_entry(row: dict, labels: list, name: str) -> dict:
+    """One entry for a graph's sampled orders (the rows of a rollout set): ``orders``,
+    and per labelled state its ``positions``, the ``rollout`` it lies on, the move taken
+    (``moves``), ``to_go`` and its order's ``advantage``; ``cost`` is the samples'
+    geometric mean. One entry, so that a batch slot takes states of several of the
+    graph's samples under one encoder pass, and the REINFORCE term compares them there."""
+    def flat(key):
+        return [x for label in labels for x in label[key]]
+
+    return {**row, "label_set": name, "orders": [label["order"] for label in labels],
+            "rollout": [k for k, label in enumerate(labels) for _ in label["positions"]],
+            "positions": flat("positions"), "moves": flat("moves"), "regrets": flat("regrets"), "to_go": flat("to_go"),
+            "advantage": [label["advantage"] for label in labels for _ in label["positions"]],
+            "temperature": labels[0]["temperature"],
+            "cost": int(round(float(np.exp(np.mean(np.log([max(label["cost"], 1) for label in labels])))))),
+            "best_baseline": labels[0]["best_baseline"]}
 
 
 def large_graphs(data: LabelledGraphs, count: int, large_from: int, label_set: str) -> set:
