@@ -739,6 +739,35 @@ class Player:
             order += [int(v) for v in moves]
         return order
 
+    def play_from(self, prefix, temperature: float = 0.0, seed: int = 0, moves: int | None = None) -> list[int]:
+        """The moves the policy plays after ``prefix`` (``moves`` of them, default all that
+        are left), from the state the prefix leaves, the last move's touch included: what
+        :meth:`play` would go on with had it played ``prefix``. Encodes the graph once
+        (a network of one encoding)."""
+        if self.encodings != 1:
+            raise ValueError(f"play_from plays a network of one encoding, this one encodes {self.encodings} times")
+        ev, prefix = self.ev, np.asarray(prefix, np.int64)
+        left = np.setdiff1d(self.inter, prefix)
+        count = len(left) if moves is None else min(int(moves), len(left))
+        if count == 0:
+            return []
+
+        def play(state0, *args):
+            touched = np.zeros(0, np.int64)
+            if len(prefix):
+                before, flag = after(state0, prefix[:-1], ev.compose, ev.join, ev.cost_table)
+                if flag == OVERFLOW:
+                    return None, None, flag
+                touched = _neighbours(before, prefix[-1], np.empty(state0[0].shape[0], np.int64), 0).copy()
+                state0, flag = after(before, prefix[-1:], ev.compose, ev.join, ev.cost_table)
+                if flag == OVERFLOW:
+                    return None, None, flag
+            return rollout(state0, *args, touched)
+
+        out, _, _ = ev.run(play, left, ev.compose, ev.join, ev.cost_table, ev.entries, 1.0 / self.scale,
+                           *self.weights, float(temperature), int(seed), self.static, float(self.beta), count)
+        return [int(v) for v in out]
+
     def _weights(self, inputs: dict) -> tuple:
         """The decoder's weights (:func:`alphagrad.network.decoder_weights`) on the
         embeddings of ``inputs`` (:func:`graph_inputs`); adds the encoder's compile time

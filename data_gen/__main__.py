@@ -88,8 +88,12 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--rollouts", type=int, default=None,
                      help="with --policy: store this many orders sampled from the policy per graph with their "
                           "advantage (a REINFORCE set, one row per order) instead of annealed completions")
+    lab.add_argument("--candidates", type=int, default=None,
+                     help="with --policy: at each labelled greedy state of the policy, sample this many first moves "
+                          "beside the greedy one, complete each by the policy's greedy play, and take the cheapest "
+                          "as targets (rollout policy improvement)")
     lab.add_argument("--temperature", type=float, default=None,
-                     help=f"with --rollouts: the sampling temperature (default {LabelConfig.temperature})")
+                     help=f"with --rollouts or --candidates: the sampling temperature (default {LabelConfig.temperature})")
     lab.add_argument("--positions", type=int, default=None,
                      help=f"labelled states per graph, or with --rollouts per order (default {LabelConfig.positions})")
     lab.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -156,9 +160,12 @@ def main(argv=None) -> int:
             p.error("--splits sets how many of a policy's states are labelled; it needs --policy MODEL")
         if args.rollouts is not None and args.policy is None:
             p.error("--rollouts samples a policy's orders; it needs --policy MODEL")
-        if args.temperature is not None and args.rollouts is None:
-            p.error("--temperature is the sampling temperature of --rollouts; it needs --rollouts N")
+        if args.candidates is not None and args.policy is None:
+            p.error("--candidates completes moves by a policy's own play; it needs --policy MODEL")
+        if args.temperature is not None and args.rollouts is None and args.candidates is None:
+            p.error("--temperature is the sampling temperature of --rollouts or --candidates; it needs one of them")
         given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits), ("rollouts", args.rollouts),
+                                   ("candidates", args.candidates),
                                    ("temperature", args.temperature), ("positions", args.positions))
                  if v is not None}
         try:  # LabelConfig checks the bounds

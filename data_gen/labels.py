@@ -36,6 +36,15 @@ imitation of annealed completions cannot say, these rows do: which of the policy
 games ended cheap. A graph whose N samples all cost the same has nothing to teach and
 gets no rows.
 
+``python -m data_gen label --data DIR --policy MODEL --candidates K --name improve-1``
+labels the policy's greedy states by what its own play makes of each move (rollout
+policy improvement, Bertsekas): at ``positions`` states along its greedy order, K first
+moves sampled at ``--temperature`` beside the greedy one, each completed by the policy's
+greedy play from there; the targets are the candidates whose completed order is
+cheapest. Unlike an annealed completion, the policy's own completion credits a move
+with what this policy goes on to make of it, and a move it can follow up well is one it
+can learn.
+
 ``graph_hash``; ``order`` (the annealed order), ``cost`` (its multiplications),
 ``best_baseline``; ``positions`` (labelled positions, denser towards the endgame);
 ``moves`` (per position: the vertices whose move to that position keeps the cost
@@ -96,7 +105,10 @@ class LabelConfig:
       rollouts: labels of a policy: 0 (its states completed by annealing, above), or this
         many orders sampled from it per graph, stored with their advantage (the module
         docstring; ``positions`` states along each).
-      temperature: the sampling temperature of ``rollouts``.
+      candidates: labels of a policy: 0, or this many first moves sampled beside the greedy
+        one at each labelled greedy state, each completed by the policy (the module
+        docstring); not with ``rollouts``.
+      temperature: the sampling temperature of ``rollouts`` or ``candidates``.
       chunk_size: graphs per saved chunk.
     """
 
@@ -109,16 +121,19 @@ class LabelConfig:
     screen: int = 8
     splits: int = 1
     rollouts: int = 0
+    candidates: int = 0
     temperature: float = 0.25
     chunk_size: int = 64
 
     def __post_init__(self):
-        for name, lowest in (("screen", 0), ("splits", 1), ("positions", 1), ("rollouts", 0)):
+        for name, lowest in (("screen", 0), ("splits", 1), ("positions", 1), ("rollouts", 0), ("candidates", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValueError(f"{name} = {value!r} must be >= {lowest} (an integer)")
         if self.rollouts == 1:
             raise ValueError("rollouts = 1: an advantage needs at least 2 samples of a graph to compare")
+        if self.rollouts and self.candidates:
+            raise ValueError("rollouts and candidates are two kinds of label set; give one")
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
                 and self.temperature > 0):
             raise ValueError(f"temperature = {self.temperature!r} must be a finite number > 0")
@@ -128,12 +143,15 @@ class LabelConfig:
         how many splits; one split, as before there was a choice, is left out)."""
         d = dataclasses.asdict(self)
         d.pop("chunk_size")
-        if not policy or self.rollouts:
+        played = self.rollouts or self.candidates  # nothing annealed: the policy's own play
+        if not policy or played:
             d.pop("screen")
-        if not policy or self.splits == 1 or self.rollouts:
+        if not policy or self.splits == 1 or played:
             d.pop("splits")
-        if not self.rollouts:
-            d.pop("rollouts")
+        for name in ("rollouts", "candidates"):
+            if not getattr(self, name):
+                d.pop(name)
+        if not played:
             d.pop("temperature")
         else:
             for name in ("moves_per_vertex", "min_moves", "max_moves", "horizon", "regret_cap"):
@@ -266,6 +284,39 @@ def rollout_rows(graph, config: LabelConfig, best_baseline: int, player) -> list
     return rows
 
 
+def improvement_row(graph, config: LabelConfig, best_baseline: int, player) -> dict:
+    """The row of one graph in a candidates set (the module docstring): the policy's greedy
+    order, and at each labelled state of it the candidate moves (the greedy one and
+    ``config.candidates`` sampled at ``config.temperature``, seeded by the graph's hash)
+    whose completion by the policy's greedy play is cheapest; ``deltas`` is that cost
+    less the greedy order's (<= 0)."""
+    from alphagrad.evaluator import step_costs
+
+    t0 = time.perf_counter()
+    ev, n = player.ev, len(graph.intermediates)
+    played = np.asarray(player.play(0.0), np.int64)
+    cost = int(ev.cost(played))
+    seed = _seed(graph.fingerprint)
+    pos = positions(n, config.positions)
+    pos = pos[pos < n - 1]  # the last move has no alternative
+    good, gains = [], []
+    for r, t in enumerate(pos):
+        prefix = played[:t]
+        firsts = {int(played[t])} | {player.play_from(prefix, config.temperature, seed + 7919 * r + k, 1)[0]
+                                     for k in range(config.candidates)}
+        costs = {m: cost if m == played[t] else int(ev.cost(np.concatenate([prefix, [m], player.play_from(
+            np.append(prefix, m))]))) for m in sorted(firsts)}
+        best = min(costs.values())
+        good.append([m for m in sorted(costs) if costs[m] == best])
+        gains.append([best - cost] * len(good[-1]))
+    steps, _ = ev.run(step_costs, played, ev.compose, ev.join, ev.cost_table)
+    to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]
+    return {"graph_hash": graph.fingerprint, "order": played.tolist(), "cost": cost,
+            "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
+            "regrets": [[] for _ in pos], "to_go": to_go.tolist(), "anneal_moves": 0,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: int = 8) -> np.ndarray:
     """``played`` with its first ``split`` vertices kept and the rest re-ordered by
     ``moves`` annealing moves from the policy's own rest. With ``screen`` > 0, the rest in
@@ -362,6 +413,9 @@ def _run_chunk(data_dir: str, split: str, start: int, stop: int, path: str, key:
         if config.rollouts:
             rows.extend(rollout_rows(g, config, r["best_baseline"], player))
             continue
+        if config.candidates:
+            rows.append(improvement_row(g, config, r["best_baseline"], player))
+            continue
         played = player.play(0.0)
         rows.extend(label_graph(g, config, r["best_baseline"], player, k, played) for k in range(config.splits))
     table = pa.Table.from_pylist(rows, schema=features(config.rollouts > 0).arrow_schema).replace_schema_metadata(
@@ -393,9 +447,9 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
-    if config.rollouts and policy is None:
-        raise ValueError(f"rollouts = {config.rollouts} samples a policy's orders; give the model with policy=MODEL "
-                         f"(--policy)")
+    if (config.rollouts or config.candidates) and policy is None:
+        raise ValueError("rollouts and candidates label a policy's own play; give the model with policy=MODEL "
+                         "(--policy)")
     identity = config.identity(policy is not None)
     if policy is not None:
         identity["policy_sha256"] = policy_digest(policy)

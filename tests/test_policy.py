@@ -156,6 +156,27 @@ def test_sampled_orders_are_valid_seeded_and_differ_across_seeds(params):
     assert player.play(temperature=1.0, seed=0) != player.play()
 
 
+@pytest.mark.parametrize("name", ["RoeFlux_1d", "random_2"])
+def test_play_from_a_prefix_goes_on_as_the_whole_game_would(params, name):
+    """``play_from(order[:t])`` is the rest of the greedy order (the state after the prefix,
+    the last move's touch included), for any ``t``; after a prefix the policy would not
+    play it is a valid completion; ``moves`` plays that many."""
+    g = GRAPHS[name]()
+    ev = Evaluator(g, "exact")
+    player = policy.Player(NET, params, g, _scale(g, ev), ev)
+    order = player.play()
+    for t in (0, 1, 2, len(order) // 2, len(order) - 1, len(order)):
+        assert order[:t] + player.play_from(order[:t]) == order
+    assert player.play_from(order[:3], moves=2) == order[3:5]
+    other = [v for v in g.intermediates if v != order[0]][:2]
+    rest = player.play_from(other)
+    assert sorted(other + rest) == sorted(g.intermediates)
+    assert player.play_from(other, temperature=1.0, seed=4) == player.play_from(other, temperature=1.0, seed=4)
+    many = policy.Player(PolicyNet(NetworkConfig(dim=32, heads=4, layers=2, encodings=2)), params, g, 1.0, ev)
+    with pytest.raises(ValueError, match="one encoding"):
+        many.play_from(order[:2])
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.4])
 def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperature):
     """The first move of a sampled order, over 3000 seeds, is distributed as

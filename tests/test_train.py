@@ -897,8 +897,48 @@ def test_a_rollout_set_stores_the_policys_sampled_orders_and_trains_on_their_adv
     with pytest.raises(ValueError, match="at least 2 samples"):
         dataclasses.replace(LABELS, rollouts=1)
     for args, message in ((["--rollouts", "4"], "needs --policy MODEL"),
-                          (["--temperature", "0.5", "--policy", model], "needs --rollouts N"),
+                          (["--temperature", "0.5", "--policy", model], "needs one of them"),
                           (["--rollouts", "4", "--temperature", "0", "--policy", model], "must be a finite number")):
         with pytest.raises(SystemExit):
             data_gen_main(["label", "--data", copy, "--no-progress", *args])
         assert message in capsys.readouterr().err
+
+
+def test_a_candidates_set_labels_the_greedy_states_by_the_policys_own_completions(data, full_run, tmp_path):
+    """``candidates`` K: one row per graph, the policy's greedy order; at each labelled
+    state the targets are the candidate moves whose completion by the policy's greedy
+    play is cheapest (``deltas``: that cost less the greedy order's), the greedy move
+    among them exactly when no candidate beats it; the trainer reads them as labels."""
+    import datasets as hf
+
+    import alphagrad
+    from data_gen.dataset import row_to_graph
+
+    workdir, _ = full_run
+    model = os.path.join(workdir, "best_model")
+    copy = _copy(data, tmp_path)
+    config = dataclasses.replace(LABELS, candidates=3, temperature=2.0, positions=6)
+    assert L.build_labels(copy, config, progress=False, policy=model, name="improve", limit=6) == \
+        {"train": 6, "validation": 0}
+    manifest = json.load(open(os.path.join(copy, "improve", "labels.json")))["config"]
+    assert (manifest["candidates"], manifest["temperature"]) == (3, 2.0) and "rollouts" not in manifest
+    lab = L.load_labels(copy, "improve")["train"]
+    dd = hf.load_from_disk(copy)["train"]
+    agent = alphagrad.from_pretrained(model)
+    for r, label in zip(dd.select(range(6)), lab):
+        g = row_to_graph(r)
+        player = agent.player(g, r["best_baseline"])
+        played = player.play(0.0)
+        assert label["order"] == played and label["cost"] == alphagrad.cost(g, played)
+        for t, good, gain in zip(label["positions"], label["moves"], label["deltas"]):
+            assert t < len(played) - 1 and good == sorted(good) and set(gain) == {gain[0]} and gain[0] <= 0
+            for m in good:
+                done = played[:t] + [m]
+                assert alphagrad.cost(g, done + player.play_from(done)) == label["cost"] + gain[0]
+            assert (played[t] in good) == (gain[0] == 0)
+    both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "improve"))
+    run = tiny_config(copy, **{"data.labels": ["labels", "improve"], "init_from": model, "steps": 2})
+    assert loop.train(run, str(tmp_path / "run"), progress=False, tensorboard=False)["step"] == 2
+    assert any(r["label_set"] == "improve" for r in both.rows)
+    with pytest.raises(ValueError, match="two kinds"):
+        dataclasses.replace(LABELS, candidates=2, rollouts=2)
