@@ -942,3 +942,23 @@ def test_a_candidates_set_labels_the_greedy_states_by_the_policys_own_completion
     assert any(r["label_set"] == "improve" for r in both.rows)
     with pytest.raises(ValueError, match="two kinds"):
         dataclasses.replace(LABELS, candidates=2, rollouts=2)
+
+
+def test_repeats_use_a_label_sets_states_that_many_times_an_epoch(data, tmp_path):
+    copy = _copy(data, tmp_path)
+    shutil.copytree(os.path.join(copy, "labels"), os.path.join(copy, "again"))
+    both = TD.load_split(copy, "train", (64,), 64, labels=("labels", "again"), repeats=(1, 3))
+    once = TD.load_split(copy, "train", (64,), 64, labels=("labels", "again"))
+    count = collections.Counter((i, int(w)) for b in TD.epoch_batches(both, 0, 0, 1024, 8) for i, which in b
+                                for w in which)
+    for i, r in enumerate(both.rows):
+        for w in range(len(r["positions"])):
+            assert count[i, w] == (3 if r["label_set"] == "again" else 1)
+    def plain(batches):
+        return [[(i, which.tolist()) for i, which in b] for b in batches]
+
+    assert plain(TD.epoch_batches(once, 0, 0, 1024, 8)) == plain(TD.epoch_batches(  # without repeats, as before
+        TD.load_split(copy, "train", (64,), 64, labels=("labels", "again"), repeats=(1, 1)), 0, 0, 1024, 8))
+    for bad in ([2], [1, 0]):
+        with pytest.raises(C.ConfigError, match="data.repeats"):
+            tiny_config(copy, **{"data.labels": ["labels", "again"], "data.repeats": bad}).validate()

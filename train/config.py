@@ -43,6 +43,10 @@ class DataConfig:
         label`` (``labels``: states of annealed orders; more, e.g. ``dagger-1``: states
         a policy reached, from ``--policy MODEL --name dagger-1``). Every labelled state
         of every set is used once per epoch; validation reads the first set.
+      repeats: per set of ``labels`` (the same length; empty: 1 each), how many times
+        an epoch uses each of its states: a small new set among hundreds of thousands of
+        states is otherwise seen a fraction of a time in a fine-tune of a fraction of an
+        epoch.
       extra_paths: more datasets, built and labelled the same way (e.g. ``data/stepped``
         from ``python -m data_gen build --stepped-train N``), whose training split joins
         the training graphs with the label sets ``extra_labels`` (graphs already in
@@ -51,6 +55,7 @@ class DataConfig:
 
     path: str = "data/train"
     labels: tuple = ("labels",)
+    repeats: tuple = ()
     extra_paths: tuple = ()
     extra_labels: tuple = ("labels",)
     train_split: str = "train"
@@ -173,6 +178,9 @@ class TrainConfig:
                               f"{self.data.large_validation} and {self.data.large_from}")
         if len(set(self.data.labels)) != len(self.data.labels):
             raise ConfigError(f"data.labels {list(self.data.labels)} names a label set twice")
+        if self.data.repeats and (len(self.data.repeats) != len(self.data.labels) or min(self.data.repeats) < 1):
+            raise ConfigError(f"data.repeats {list(self.data.repeats)} must give each of data.labels "
+                              f"{list(self.data.labels)} a count >= 1 (or be empty: once each)")
         if self.fresh_inputs and not self.init_from:
             raise ConfigError("fresh_inputs starts the inputs init_from's model lacks afresh, but init_from is "
                               "\"\" (a random start): set init_from to a model directory or fresh_inputs to false")

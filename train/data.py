@@ -1,6 +1,7 @@
 """Labelled training graphs: a dataset split joined with its labels, batched by size.
 
-Every (graph, labelled position) pair is used once per epoch: an epoch visits each graph
+Every (graph, labelled position) pair is used once per epoch (``repeat`` times for an entry
+of a repeated label set, ``data.repeats``): an epoch visits each graph
 ``ceil(positions / states_per_graph)`` times with disjoint groups of its positions, in an
 order drawn from ``(seed, epoch)``; step ``s`` maps to one batch of that schedule, so a
 resumed run sees exactly the batches an uninterrupted one would.
@@ -181,12 +182,13 @@ class LabelledGraphs:
 
 
 def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0,
-               labels=("labels",), encodings: int = 1) -> LabelledGraphs:
+               labels=("labels",), encodings: int = 1, repeats=()) -> LabelledGraphs:
     """The graphs of ``split`` in the dataset at ``path`` joined with their labels (by
     ``graph_hash``) from each label set in ``labels``: one entry per (graph, label row).
     Graphs over ``max_vertices``, without intermediates or without labels in any set
     are left out and counted in ``skipped``; ``limit`` caps the graphs, not the entries;
-    ``encodings``: :attr:`LabelledGraphs.encodings`."""
+    ``encodings``: :attr:`LabelledGraphs.encodings`; ``repeats``: per set of ``labels``, how
+    often an epoch uses each of its states (an entry's ``repeat``; empty: once)."""
     from datasets import load_from_disk
 
     from data_gen.labels import load_labels
@@ -226,6 +228,7 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                 raise ConfigError(f"the labels {name!r} of graph {row['graph_hash']} in {path!r} do not match the "
                                   f"graph (another build?); rebuild them with `python -m data_gen label --data "
                                   f"{path}` after deleting {path}/{name}")
+        first = len(rows)
         for name, _ in sets:
             mine = [label for n, label in found if n == name]
             if mine and "advantage" in mine[0]:
@@ -235,6 +238,8 @@ def load_split(path: str, split: str, buckets, max_vertices: int, limit: int = 0
                 rows.append(_rollout_entry(row, mine, name))
             else:
                 rows.extend({**row, **label, "label_set": name} for label in mine)
+        for entry in rows[first:] if repeats else ():
+            entry["repeat"] = int(repeats[list(labels).index(entry["label_set"])])
         graphs += 1
         if limit and graphs >= limit:
             break
@@ -289,8 +294,9 @@ def epoch_batches(data: LabelledGraphs, seed: int, epoch: int, tokens_per_batch:
         for i in np.flatnonzero(data.bucket == b):
             starts = data.stretch(i, data.rows[i]["positions"])
             for t in np.unique(starts):
-                perm = rng.permutation(np.flatnonzero(starts == t))
-                visits += [(int(i), perm[k:k + states_per_graph]) for k in range(0, len(perm), states_per_graph)]
+                for _ in range(data.rows[i].get("repeat", 1)):
+                    perm = rng.permutation(np.flatnonzero(starts == t))
+                    visits += [(int(i), perm[k:k + states_per_graph]) for k in range(0, len(perm), states_per_graph)]
         order = rng.permutation(len(visits))
         per = max(1, tokens_per_batch // (int(b) * states_per_graph))
         batches += [[visits[j] for j in order[k:k + per]] for k in range(0, len(order), per)]

@@ -300,7 +300,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     d = config.data
     encodings = config.network.encodings
     train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels,
-                            encodings)
+                            encodings, d.repeats)
     for extra in d.extra_paths:
         train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
                                                   d.extra_labels, encodings))
