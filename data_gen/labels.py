@@ -54,7 +54,9 @@ position: for the candidates ``order[t:t + horizon]`` in that order, what moving
 ``regret_cap``); ``to_go`` (per
 position: what the order spends from there); ``anneal_moves``; ``seconds``; in rollout
 sets also ``advantage`` and ``temperature`` (of the sampled order; ``deltas`` and
-``regrets`` are empty there: nothing was scored but the move taken).
+``regrets`` are empty there: nothing was scored but the move taken); in candidates sets
+``order`` is the policy's greedy order, ``deltas`` the cheapest completion's cost less
+its cost, and ``regrets`` are empty.
 """
 
 from __future__ import annotations
@@ -208,7 +210,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     and positions from the split on are labelled on that completed order. ``played``:
     the policy's greedy order if already played (the parts of a graph share it)."""
     from alphagrad import baselines
-    from alphagrad.evaluator import Evaluator, move_deltas, step_costs
+    from alphagrad.evaluator import Evaluator, move_deltas
 
     t0 = time.perf_counter()
     ev = player.ev if player is not None else Evaluator(graph, "exact")
@@ -234,8 +236,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     cost = int(ev.cost(order))
     slack = int(config.regret_cap * cost)
     deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
-    steps, _ = ev.run(step_costs, order, ev.compose, ev.join, ev.cost_table)
-    to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]  # what the order still spends from each position
+    to_go = _to_go(ev, order, pos)
     good, gains, regrets = [], [], []
     for r, t in enumerate(pos):
         d = deltas[r, :max(0, min(config.horizon, n - t))]
@@ -249,14 +250,20 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
             "regrets": regrets, "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
 
 
+def _to_go(ev, order, pos) -> np.ndarray:
+    """What ``order`` still spends from each of positions ``pos``."""
+    from alphagrad.evaluator import step_costs
+
+    steps, _ = ev.run(step_costs, np.asarray(order, np.int64), ev.compose, ev.join, ev.cost_table)
+    return np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]
+
+
 def rollout_rows(graph, config: LabelConfig, best_baseline: int, player) -> list[dict]:
     """The rows of one graph in a rollout set (the module docstring): ``config.rollouts``
     orders sampled from ``player`` at ``config.temperature`` (seeds from the graph's
     hash), each with ``config.positions`` states at evenly spaced depths (a random offset
     per order) and its advantage over the graph's samples; no rows where they all cost
     the same."""
-    from alphagrad.evaluator import step_costs
-
     t0 = time.perf_counter()
     ev, n = player.ev, len(graph.intermediates)
     if n < 2:
@@ -274,8 +281,7 @@ def rollout_rows(graph, config: LabelConfig, best_baseline: int, player) -> list
     rows = []
     for order, cost, a in zip(orders, costs, advantage):
         pos = np.unique(np.floor((np.arange(count) + rng.random()) * n / count).astype(np.int64))
-        steps, _ = ev.run(step_costs, order, ev.compose, ev.join, ev.cost_table)
-        to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]
+        to_go = _to_go(ev, order, pos)
         rows.append({"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": int(cost),
                      "best_baseline": int(best_baseline), "positions": pos.tolist(),
                      "moves": [[int(order[t])] for t in pos], "deltas": [[] for _ in pos],
@@ -290,8 +296,6 @@ def improvement_row(graph, config: LabelConfig, best_baseline: int, player) -> d
     ``config.candidates`` sampled at ``config.temperature``, seeded by the graph's hash)
     whose completion by the policy's greedy play is cheapest; ``deltas`` is that cost
     less the greedy order's (<= 0)."""
-    from alphagrad.evaluator import step_costs
-
     t0 = time.perf_counter()
     ev, n = player.ev, len(graph.intermediates)
     played = np.asarray(player.play(0.0), np.int64)
@@ -309,8 +313,7 @@ def improvement_row(graph, config: LabelConfig, best_baseline: int, player) -> d
         best = min(costs.values())
         good.append([m for m in sorted(costs) if costs[m] == best])
         gains.append([best - cost] * len(good[-1]))
-    steps, _ = ev.run(step_costs, played, ev.compose, ev.join, ev.cost_table)
-    to_go = np.append(np.cumsum(steps[::-1])[::-1], 0)[pos]
+    to_go = _to_go(ev, played, pos)
     return {"graph_hash": graph.fingerprint, "order": played.tolist(), "cost": cost,
             "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
             "regrets": [[] for _ in pos], "to_go": to_go.tolist(), "anneal_moves": 0,
