@@ -129,7 +129,7 @@ def training(data: str, steps: int) -> dict:
     net, tx = network(config), optimizer(config)
     params = init_params(config, jax.random.key(0))
     opt = tx.init(params)
-    update = update_fn(net, config.value_weight, config.regret_weight, tx, config.reinforce_weight)
+    update = update_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight, tx)
     by_bucket: dict = {}
     for visits in epoch_batches(split, 0, 0, config.tokens_per_batch, config.states_per_graph):
         V = int(split.bucket[visits[0][0]])

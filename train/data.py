@@ -79,23 +79,26 @@ class LabelledGraphs:
             g, ev = self.evaluated(i)
             first = policy.graph_inputs(g, ev, self.scale(i))
             for j in self.siblings(i):
-                row = self.rows[j]
-                if "orders" in row:  # a graph's sampled orders (one encoding: the graph as traced)
-                    pos, of = np.asarray(row["positions"], np.int64), np.asarray(row["rollout"], np.int64)
-                    runs = [ev.run(policy.observe_along, np.asarray(o, np.int64), pos[of == k], ev.compose, ev.join,
-                                   ev.cost_table, ev.entries) for k, o in enumerate(row["orders"])]
-                    raw, to_go = np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
-                    inputs = {0: first}
-                else:
-                    order = np.asarray(row["order"], np.int64)
-                    pos = np.asarray(row["positions"], np.int64)
-                    raw, to_go, _ = ev.run(policy.observe_along, order, pos, ev.compose, ev.join, ev.cost_table,
-                                           ev.entries)
-                    inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), order[:t]) if t else first
-                              for t in np.unique(self.stretch(j, pos))}
+                orders, of = self.orders(j)
+                pos = np.asarray(self.rows[j]["positions"], np.int64)
+                runs = [ev.run(policy.observe_along, o, pos[of == k], ev.compose, ev.join, ev.cost_table, ev.entries)
+                        for k, o in enumerate(orders)]
+                raw, to_go = np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
+                # a stretch starts on the graph its order left there (several orders: one
+                # encoding, load_split checks, so every state is on the graph as traced)
+                inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), orders[0][:t]) if t else first
+                          for t in np.unique(self.stretch(j, pos))}
                 self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
                                  "to_go": to_go}
         return self.cache[i]
+
+    def orders(self, i: int) -> tuple[list, np.ndarray]:
+        """``(orders, index)``: the orders entry ``i``'s states lie on (one, or a graph's
+        sampled orders) and, per labelled position, which of them."""
+        row = self.rows[i]
+        if "orders" in row:
+            return [np.asarray(o, np.int64) for o in row["orders"]], np.asarray(row["rollout"], np.int64)
+        return [np.asarray(row["order"], np.int64)], np.zeros(len(row["positions"]), np.int64)
 
     def stretch(self, i: int, pos) -> np.ndarray:
         """Where the stretch of entry ``i``'s order that each of positions ``pos`` lies in
@@ -167,13 +170,14 @@ class LabelledGraphs:
         legal = np.zeros((K, V), bool)
         target = np.zeros((K, V), np.float32)
         regret = np.zeros((K, V), np.float32)
+        orders, of = self.orders(i)
         for k, (w, t) in enumerate(zip(which, pos)):
-            order = row["orders"][row["rollout"][w]] if sampled else row["order"]
-            legal[k, np.asarray(order[t:], np.int64)] = True
+            order = orders[of[w]]
+            legal[k, order[t:]] = True
             good = np.asarray(row["moves"][w], np.int64)
             target[k, good] = 1.0 / len(good)
             r = np.asarray(row["regrets"][w], np.float32)
-            regret[k, np.asarray(order[t:t + len(r)], np.int64)] = np.log1p(r)
+            regret[k, order[t:t + len(r)]] = np.log1p(r)
         return {"dynamic": prep["dynamic"][which], "legal": legal, "target": target, "regret": regret,
                 "value": (prep["to_go"][which] / self.scale(i)).astype(np.float32),
                 "progress": (pos / n).astype(np.float32), "sampled": np.full(K, sampled),
@@ -264,8 +268,7 @@ def _rollout_entry(row: dict, labels: list, name: str) -> dict:
             "positions": flat("positions"), "moves": flat("moves"), "regrets": flat("regrets"), "to_go": flat("to_go"),
             "advantage": [label["advantage"] for label in labels for _ in label["positions"]],
             "temperature": labels[0]["temperature"],
-            "cost": int(round(float(np.exp(np.mean(np.log([max(label["cost"], 1) for label in labels])))))),
-            "best_baseline": labels[0]["best_baseline"]}
+            "cost": int(round(float(np.exp(np.mean(np.log([max(label["cost"], 1) for label in labels]))))))}
 
 
 def large_graphs(data: LabelledGraphs, count: int, large_from: int, label_set: str) -> set:

@@ -105,7 +105,7 @@ def optimizer(config: TrainConfig):
 
 
 @functools.lru_cache(maxsize=None)
-def update_fn(net, value_weight: float, regret_weight: float, tx, reinforce_weight: float = 1.0):
+def update_fn(net, value_weight: float, regret_weight: float, reinforce_weight: float, tx):
     """The jitted update ``(params, opt_state, batch) -> (params, opt_state, metrics)``
     (also what a per-graph fine-tune would reuse)."""
 
@@ -342,7 +342,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
             start, state, meta = restored
             log.info("resumed from step %d", start)
     metrics_out = Metrics(workdir, start, tensorboard)
-    update = update_fn(net, config.value_weight, config.regret_weight, tx, config.reinforce_weight)
+    update = update_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight, tx)
     average = ema_fn(config.ema_decay)
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
