@@ -962,3 +962,6 @@ def test_repeats_use_a_label_sets_states_that_many_times_an_epoch(data, tmp_path
     for bad in ([2], [1, 0]):
         with pytest.raises(C.ConfigError, match="data.repeats"):
             tiny_config(copy, **{"data.labels": ["labels", "again"], "data.repeats": bad}).validate()
+        with pytest.raises(C.ConfigError, match="data.extra_repeats"):
+            tiny_config(copy, **{"data.extra_paths": [copy], "data.extra_labels": ["labels", "again"],
+                                 "data.extra_repeats": bad}).validate()

@@ -51,6 +51,7 @@ class DataConfig:
         from ``python -m data_gen build --stepped-train N``), whose training split joins
         the training graphs with the label sets ``extra_labels`` (graphs already in
         ``path`` are left out, counted as duplicates); validation stays on ``path``.
+      extra_repeats: per set of ``extra_labels``, as ``repeats`` for ``labels``.
     """
 
     path: str = "data/train"
@@ -58,6 +59,7 @@ class DataConfig:
     repeats: tuple = ()
     extra_paths: tuple = ()
     extra_labels: tuple = ("labels",)
+    extra_repeats: tuple = ()
     train_split: str = "train"
     validation_split: str = "validation"
     max_train_graphs: int = 0
@@ -178,9 +180,11 @@ class TrainConfig:
                               f"{self.data.large_validation} and {self.data.large_from}")
         if len(set(self.data.labels)) != len(self.data.labels):
             raise ConfigError(f"data.labels {list(self.data.labels)} names a label set twice")
-        if self.data.repeats and (len(self.data.repeats) != len(self.data.labels) or min(self.data.repeats) < 1):
-            raise ConfigError(f"data.repeats {list(self.data.repeats)} must give each of data.labels "
-                              f"{list(self.data.labels)} a count >= 1 (or be empty: once each)")
+        for counts, sets in (("repeats", "labels"), ("extra_repeats", "extra_labels")):
+            given, names = getattr(self.data, counts), getattr(self.data, sets)
+            if given and (len(given) != len(names) or min(given) < 1):
+                raise ConfigError(f"data.{counts} {list(given)} must give each of data.{sets} {list(names)} a "
+                                  f"count >= 1 (or be empty: once each)")
         if self.fresh_inputs and not self.init_from:
             raise ConfigError("fresh_inputs starts the inputs init_from's model lacks afresh, but init_from is "
                               "\"\" (a random start): set init_from to a model directory or fresh_inputs to false")

@@ -303,7 +303,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
                             encodings, d.repeats)
     for extra in d.extra_paths:
         train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
-                                                  d.extra_labels, encodings))
+                                                  d.extra_labels, encodings, d.extra_repeats))
     val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
                           d.labels[:1], encodings)
     if d.large_validation:
