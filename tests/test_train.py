@@ -959,6 +959,14 @@ def test_repeats_use_a_label_sets_states_that_many_times_an_epoch(data, tmp_path
 
     assert plain(TD.epoch_batches(once, 0, 0, 1024, 8)) == plain(TD.epoch_batches(  # without repeats, as before
         TD.load_split(copy, "train", (64,), 64, labels=("labels", "again"), repeats=(1, 1)), 0, 0, 1024, 8))
+    # an extra dataset's sets get theirs from data.extra_repeats (its graphs beyond the two of
+    # data.path the run keeps; the rest are duplicates)
+    extra, _ = loop.training_sets(tiny_config(copy, **{"data.max_train_graphs": 2, "data.extra_paths": [copy],
+                                                      "data.extra_labels": ["labels", "again"],
+                                                      "data.extra_repeats": [1, 3]}))
+    assert len(extra) > 2
+    assert all(r.get("repeat", 1) == (3 if r["label_set"] == "again" else 1) for r in extra.rows)
+    assert any(r["label_set"] == "again" for r in extra.rows[2:])
     for bad in ([2], [1, 0]):
         with pytest.raises(C.ConfigError, match="data.repeats"):
             tiny_config(copy, **{"data.labels": ["labels", "again"], "data.repeats": bad}).validate()

@@ -297,19 +297,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
             and not resume:
         raise ConfigError(f"{workdir} already holds a run; pass --resume to continue it or use a new --workdir")
     os.makedirs(workdir, exist_ok=True)
-    d = config.data
-    encodings = config.network.encodings
-    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels,
-                            encodings, d.repeats)
-    for extra in d.extra_paths:
-        train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
-                                                  d.extra_labels, encodings, d.extra_repeats))
-    val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
-                          d.labels[:1], encodings)
-    if d.large_validation:
-        large = large_graphs(train_data, d.large_validation, d.large_from, d.labels[0])
-        train_data, held = train_data.split_off(large, d.labels[0])
-        val_data = val_data.joined(held)
+    train_data, val_data = training_sets(config)
     samples = sum(len(r["positions"]) for r in train_data.rows)
     log.info("train graphs: %d (%d labelled states; left out: %s); validation graphs: %d; device: %s",
              len(train_data), samples, train_data.skipped or "none", len(val_data), jax.devices()[0].platform)
@@ -394,6 +382,25 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     metrics_out.close()
     manager.wait_until_finished()
     return {"step": step, **state, **last}
+
+
+def training_sets(config: TrainConfig):
+    """The run's (training, validation) :class:`LabelledGraphs`: ``data.path``'s label sets
+    and ``data.extra_paths``' (each with its repeats), less the large graphs moved to
+    validation (``data.large_validation``)."""
+    d, encodings = config.data, config.network.encodings
+    train_data = load_split(d.path, d.train_split, config.buckets, d.max_vertices, d.max_train_graphs, d.labels,
+                            encodings, d.repeats)
+    for extra in d.extra_paths:
+        train_data = train_data.joined(load_split(extra, d.train_split, config.buckets, d.max_vertices, 0,
+                                                  d.extra_labels, encodings, d.extra_repeats))
+    val_data = load_split(d.path, d.validation_split, config.buckets, d.max_vertices, d.max_validation_graphs,
+                          d.labels[:1], encodings)
+    if d.large_validation:
+        large = large_graphs(train_data, d.large_validation, d.large_from, d.labels[0])
+        train_data, held = train_data.split_off(large, d.labels[0])
+        val_data = val_data.joined(held)
+    return train_data, val_data
 
 
 def _record_data(workdir: str, config: TrainConfig, graphs: int, states: int, skipped: dict, validation: int):
