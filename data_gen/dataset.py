@@ -55,8 +55,8 @@ up to 6, 1-6 inputs, 1-4 outputs, fan-in 1-4, width 1-32 and every category weig
 range around the generator's default mix. ``heldout`` holds the ten published tasks, random
 programs from :data:`HELDOUT` (rank-3 values, 151-250 operations, a mix without dots,
 reshapes and explicit broadcasts) and large graphs of 300 to 500 intermediates: random
-programs from :data:`LARGE` and zoo functions iterated (:func:`chain`) until they reach
-that size; and the real-sized programs of :mod:`alphagrad.examples.real` (family
+programs from :data:`LARGE` and held-out zoo functions (``published``, ``large_real``)
+iterated (:func:`chain`) until they reach that size; and the real-sized programs of :mod:`alphagrad.examples.real` (family
 ``large_real``: 500-5,000 intermediates, loops unrolled). Graphs are deduplicated by
 ``graph_hash`` with priority heldout > validation > train, so no heldout graph occurs in
 train or validation.
@@ -763,8 +763,8 @@ def _zoo_item(config: BuildConfig, ex):
 def _item(config: BuildConfig, group: str, index, zoo: list):
     if group in ("random", "heldout_random"):
         return _random_item(config, group, index)
-    if group == "large":
-        return _large_item(config, index, zoo)
+    if group == "large":  # only chains of held-out functions: a chained training function is not held out
+        return _large_item(config, index, [e for e in zoo if e.family in HELDOUT_ZOO_FAMILIES])
     if group == "large_train":  # never a chain of a held-out zoo family's function
         return _large_item(config, index, [e for e in zoo if e.family not in HELDOUT_ZOO_FAMILIES], group)
     if group in ("stepped_train", "shared_train"):
@@ -1212,7 +1212,7 @@ def dataset_card(config: BuildConfig, summary: dict) -> str:
              "* `heldout`: the ten published AlphaGrad tasks (family `published`), random programs "
              "from the held-out distribution (`random_heldout`: sizes, ranks and mixes training "
              f"never sees) and large graphs of {config.large_size[0]}-{config.large_size[1]} "
-             "intermediates (`large_random`, and zoo functions iterated until that size: "
+             "intermediates (`large_random`, and held-out zoo functions iterated until that size: "
              "`large_zoo_chained`), and the real-sized programs of `alphagrad.examples.real` "
              "(`large_real`: time-stepping loops, scans and maps unrolled, 500-5,000 intermediates).",
              "* Rows are deduplicated by `graph_hash` (heldout first, then validation, then train): "

@@ -115,6 +115,17 @@ def test_rows_are_consistent(tiny):
             assert json.loads(r["params"])["spec"]["max_rank"] == 3
 
 
+def test_chained_graphs_keep_held_out_and_training_functions_apart():
+    # round robin over the zoo would reach a training function by the third chained item
+    config, zoo = _tiny_config(), D.zoo_examples(_zoo_names())
+    family = {e.name: e.family for e in zoo}
+    for group, held_out in (("large", True), ("large_train", False)):
+        for index in range(1, 2 * len(zoo) + 1, 2):
+            meta, _ = D._item(config, group, index, zoo)
+            assert meta["family"].endswith("zoo_chained")
+            assert (family[meta["params"]["example"]] in D.HELDOUT_ZOO_FAMILIES) == held_out
+
+
 def test_row_to_graph_round_trip(tiny):
     out, _, _ = tiny
     rows = _rows(datasets.load_from_disk(out))
