@@ -56,10 +56,10 @@ range around the generator's default mix. ``heldout`` holds the ten published ta
 programs from :data:`HELDOUT` (rank-3 values, 151-250 operations, a mix without dots,
 reshapes and explicit broadcasts) and large graphs of 300 to 500 intermediates: random
 programs from :data:`LARGE` and held-out zoo functions (``published``, ``large_real``)
-iterated (:func:`chain`) until they reach that size; and the real-sized programs of :mod:`alphagrad.examples.real` (family
-``large_real``: 500-5,000 intermediates, loops unrolled). Graphs are deduplicated by
-``graph_hash`` with priority heldout > validation > train, so no heldout graph occurs in
-train or validation.
+iterated (:func:`chain`) until they reach that size; and the real-sized programs of
+:mod:`alphagrad.examples.real` (family ``large_real``: 500-5,000 intermediates, loops
+unrolled). Graphs are deduplicated by ``graph_hash`` with priority heldout > validation >
+train, so no heldout graph occurs in train or validation.
 
 Work is split into chunks (by group: training-distribution programs, zoo, held-out
 programs, large graphs); an item's program is a function of (build seed, group, index)
