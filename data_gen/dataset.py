@@ -585,8 +585,10 @@ def _random_item(config: BuildConfig, group: str, index: int):
 def _large_item(config: BuildConfig, index: int, zoo: list, group: str = "large"):
     """(meta, graph) of large item ``index`` of ``group`` (``large``: held out;
     ``large_train``: training, of ``large_train_size``): even indices (and all, without a
-    zoo) are random programs, odd ones chained zoo functions."""
+    zoo) are random programs, odd ones chained zoo functions of the group's split (a
+    chained training function is not held out, nor a held-out one fit to train on)."""
     train = group == "large_train"
+    zoo = [e for e in zoo if (e.family in HELDOUT_ZOO_FAMILIES) != train]
     lo, hi = config.large_train_size if train else config.large_size
     split, prefix = ("train", "large_train") if train else ("heldout", "large")
     rng = _rng(config, group, index)
@@ -763,10 +765,8 @@ def _zoo_item(config: BuildConfig, ex):
 def _item(config: BuildConfig, group: str, index, zoo: list):
     if group in ("random", "heldout_random"):
         return _random_item(config, group, index)
-    if group == "large":  # only chains of held-out functions: a chained training function is not held out
-        return _large_item(config, index, [e for e in zoo if e.family in HELDOUT_ZOO_FAMILIES])
-    if group == "large_train":  # never a chain of a held-out zoo family's function
-        return _large_item(config, index, [e for e in zoo if e.family not in HELDOUT_ZOO_FAMILIES], group)
+    if group in ("large", "large_train"):
+        return _large_item(config, index, zoo, group)
     if group in ("stepped_train", "shared_train"):
         return _stepped_item(config, index, group)
     ex = next(e for e in zoo if e.name == index)
