@@ -15,10 +15,12 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
    search space; off by default (``opening`` 0), since ``python -m eval.bench_schedule``
    measures it no better at 5 s and worse at 1 s, where annealing needs the time;
-4. the three baselines, the network's cheapest order and the cheapest so far are each
-   descended, and the cheapest result annealed whole (:func:`alphagrad.baselines.anneal`)
-   for the rest of the budget: on large graphs these starts lie in basins of very
-   different depth.
+4. the three baselines are each descended and annealed whole
+   (:func:`alphagrad.baselines.anneal`) for the rest of the budget, as annealing alone
+   does, with the cheapest order so far as one more start only where a thread is left
+   over (more than three cores): on large graphs the starts lie in basins of very
+   different depth, and a network's order that is cheaper than the baselines' but in a
+   shallower basin took a baseline's chain (``python -m eval.bench_schedule``).
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
@@ -246,10 +248,14 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
-                # the baselines, as annealing alone orders them, and the best so far (the
-                # network's when it beat them): a start more takes a share of the start stage
-                # from the others, which on large graphs at short budgets decides the basin
-                starts = list(orders.values()) + [best[1]]
+                # annealing alone's starts (the baselines) keep their chains: the cheapest
+                # start after its descent is often not in the deepest basin (on NeuralCA_Conv
+                # only forward's reaches it within a second, and the network's order, cheaper
+                # than forward's, took its chain), so the best order so far (the network's,
+                # when it beat them) gets a chain only where a thread is left over for it
+                starts = list(orders.values())
+                if baselines.default_threads() > len(starts):
+                    starts.append(best[1])
                 offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts), "anneal")
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",

@@ -68,11 +68,16 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
     calls.clear()
     find_order(graph, lambda *a, **k: player, 0.2, 0)  # the default: no opening stage
     assert [c.get("keep", 0) for c in calls] == [0]
-    # the last stage starts from the baselines, as annealing alone does, and the best so far
+    # the last stage starts from the baselines, as annealing alone does, and from the best
+    # so far only where a thread is left over for its chain
     ev = Evaluator(graph)
     orders = [baselines.forward(graph), baselines.reverse(graph), ev.markowitz()]
     best = min(orders + [player.play()], key=lambda o: ag.cost(graph, o))
-    assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in orders + [best]]
+    for threads, starts in ((2, orders), (3, orders), (4, orders + [best])):
+        monkeypatch.setattr(baselines, "default_threads", lambda: threads)
+        calls.clear()
+        find_order(graph, lambda *a, **k: player, 0.2, 0)
+        assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in starts]
 
 
 @pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
