@@ -20,7 +20,9 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    does, with the cheapest order so far as one more start only where a thread is left
    over (more than three cores): on large graphs the starts lie in basins of very
    different depth, and a network's order that is cheaper than the baselines' but in a
-   shallower basin took a baseline's chain (``python -m eval.bench_schedule``).
+   shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it took
+   forward's, the only start that reaches the deep basin: 0.973 x the best baseline
+   instead of annealing's 0.36).
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
