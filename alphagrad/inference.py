@@ -250,11 +250,8 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
-                # annealing alone's starts (the baselines) keep their chains: the cheapest
-                # start after its descent is often not in the deepest basin (on NeuralCA_Conv
-                # only forward's reaches it within a second, and the network's order, cheaper
-                # than forward's, took its chain), so the best order so far (the network's,
-                # when it beat them) gets a chain only where a thread is left over for it
+                # annealing alone's starts keep their chains; the best so far gets a chain
+                # only where a thread is left over (step 4 of the module docstring says why)
                 starts = list(orders.values())
                 if baselines.default_threads() > len(starts):
                     starts.append(best[1])
