@@ -392,7 +392,7 @@ def _check_cap(best):
 
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
-           iterations: int | None = None, start=None, progress: bool = False, keep: int = 0,
+           iterations: int | None = None, start=None, progress=False, keep: int = 0,
            threads: int | None = None) -> list[int]:
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
@@ -430,7 +430,8 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       start: an order to start from instead of the baselines (anything
         :func:`resolve_order` accepts), or a list of such orders to descend and start
         from the cheapest result; one order is annealed as it is.
-      progress: print the best cost as it improves (to stderr).
+      progress: print the best cost as it improves (to stderr); or a function, called
+        with it instead (from the chains' threads; e.g. to update a progress bar).
       keep: the first ``keep`` vertices of the start order stay first, in their order,
         and only the rest is annealed (a smaller search space: e.g. after a good
         opening); no exact solve then.
@@ -498,8 +499,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         with lock:
             if cost < shown[0]:
                 shown[0] = cost
-                print(f"anneal: {cost} multiplications after {time.perf_counter() - t_start:.1f}s",
-                      file=sys.stderr)
+                if callable(progress):
+                    progress(cost)
+                else:
+                    print(f"anneal: {cost} multiplications after {time.perf_counter() - t_start:.1f}s",
+                          file=sys.stderr)
 
     report = on_best if progress else None
 

@@ -29,8 +29,10 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
+import threading
 import time
 
 from alphagrad import baselines, rules
@@ -218,10 +220,35 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
     bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
                leave=False)
 
+    annealed = [best[0]]  # the cheapest cost annealing has reported so far
+
     def tick():
         bar.n = min(round(elapsed(), 1), bar.total)
-        bar.set_postfix(best=f"{best[0]:,}")
+        bar.set_postfix(best=f"{min(best[0], annealed[0]):,}")
         bar.refresh()
+
+    def seen(cost):  # annealing's report of a cheaper order (from its chains' threads)
+        annealed[0] = min(annealed[0], cost)
+
+    @contextlib.contextmanager
+    def ticking():
+        """Ticks the bar (seconds spent, cheapest cost) every 0.2 s while annealing runs."""
+        if bar.disable:
+            yield False
+            return
+        done = threading.Event()
+
+        def loop():
+            while not done.wait(0.2):
+                tick()
+
+        ticker = threading.Thread(target=loop, daemon=True)
+        ticker.start()
+        try:
+            yield seen
+        finally:
+            done.set()
+            ticker.join()
 
     try:
         if small and n > 1:
@@ -245,8 +272,9 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             keep = int(settings.opening * n)
             left = (budget_s - elapsed()) * settings.opening_share
             if settings.anneal and played is not None and keep > 0 and left > 0 and best[0] > 0:
-                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=played, keep=keep),
-                      "anneal after the network's opening")
+                with ticking() as report:
+                    offer(baselines.anneal(graph, budget_s=left, seed=seed, start=played, keep=keep,
+                                           progress=report), "anneal after the network's opening")
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
@@ -255,7 +283,9 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 starts = list(orders.values())
                 if baselines.default_threads() > len(starts):
                     starts.append(best[1])
-                offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts), "anneal")
+                with ticking() as report:
+                    offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts, progress=report),
+                          "anneal")
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
                       stacklevel=3)

@@ -86,3 +86,24 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
 def test_settings_out_of_range_are_clear_errors(field, value):
     with pytest.raises(ValueError, match=f"{field} = "):
         InferenceSettings(**{field: value})
+
+
+def test_the_progress_bar_shows_annealings_cheapest_cost_while_it_runs(graph, capsys):
+    """A user watching a long call sees the seconds and the cheapest cost move during the
+    annealing stage (most of the budget), not only when it returns."""
+    make = lambda g, s, ev, encode=True: ControlPlayer("markowitz", g, s, ev)  # noqa: E731
+    find_order(graph, make, 0.2, 0, InferenceSettings(samples=0))  # compiled before the clock
+    capsys.readouterr()
+    r = find_order(graph, make, 1.5, 0, InferenceSettings(samples=0), progress=True)
+    shown = [int(part.split("best=")[1].split("]")[0].replace(",", ""))
+             for part in capsys.readouterr().err.replace("\r", "\n").splitlines() if "best=" in part]
+    assert r.method == "anneal" and r.cost < r.best_baseline
+    assert len(shown) >= 4 and min(shown) < r.best_baseline  # ticks, and annealing's improvements, shown
+
+
+def test_anneal_reports_each_cheaper_order_to_a_progress_function(graph, capsys):
+    seen: list = []
+    order = ag.baselines.anneal(graph, iterations=3000, seed=0, progress=seen.append)
+    assert seen and seen == sorted(set(seen), reverse=True)  # strictly cheaper each time
+    assert seen[-1] == ag.cost(graph, order)
+    assert capsys.readouterr().err == ""  # reported to the function, not printed
