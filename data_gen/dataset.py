@@ -124,10 +124,10 @@ GROUPS = {"large": 16, "large_train": 16, "stepped_train": 16, "shared_train": 1
 #: Order in which rows are kept when deduplicating (first occurrence wins).
 DEDUP_PRIORITY = ("heldout", "validation", "train")
 
-#: Allowed range of the large-graph size (intermediates); the engine pads to <= 1024 vertices.
-LARGE_SIZE_LIMITS = (2, 900)
 #: Largest size of a large training graph (intermediates).
 LARGE_TRAIN_SIZE_LIMIT = 5000
+#: Allowed range of the large held-out graphs' size (intermediates): as the training graphs'.
+LARGE_SIZE_LIMITS = (2, LARGE_TRAIN_SIZE_LIMIT)
 
 
 # --------------------------------------------------------------------------------------
@@ -340,7 +340,7 @@ class BuildConfig:
         if not lo <= hi <= LARGE_SIZE_LIMITS[1]:
             raise ValueError(
                 f"large_size = {(lo, hi)!r} must satisfy {LARGE_SIZE_LIMITS[0]} <= low <= high "
-                f"<= {LARGE_SIZE_LIMITS[1]} (intermediates; the engine pads to at most 1024 vertices)"
+                f"<= {LARGE_SIZE_LIMITS[1]} (intermediates)"
             )
         vf = self.validation_fraction
         if isinstance(vf, bool) or not isinstance(vf, (int, float)) or not 0 <= vf < 1:

@@ -270,6 +270,7 @@ def test_resume_recomputes_only_missing_chunks(tmp_path):
     (["--num-random", "-1"], "num_random"),
     (["--num-proc", "0"], "num-proc"),
     (["--large-size", "60", "30"], "large_size"),
+    (["--large-size", "1500", "6000"], r"large_size.*<= 5000"),  # 1,500-2,400 builds (the xl report)
     (["--validation-fraction", "1.5"], "validation_fraction"),
     (["--zoo", "NoSuchExample"], "NoSuchExample"),
 ])
