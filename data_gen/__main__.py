@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--large", type=int, default=16, help="large held-out graphs (default 16)")
     b.add_argument("--large-size", **_pair("large_size"),
                    help="intermediates of a large graph (default 300 500)")
+    b.add_argument("--large-max-ops", type=int, default=None, metavar="N",
+                   help=f"most operations of a large random program (default {D.LARGE.num_ops[1]}, about 800 "
+                        f"intermediates; up to {D.rp.RANGES['num_ops'][1]})")
     b.add_argument("--large-train", type=int, default=0,
                    help="large training graphs (random programs and chained zoo functions; default 0)")
     b.add_argument("--large-train-size", **_pair("large_train_size"),
@@ -120,6 +123,11 @@ def config_from_args(args) -> D.BuildConfig:
                   train=dists["train"], heldout=dists["heldout"])
     if args.large_size is not None:
         kwargs["large_size"] = tuple(args.large_size)
+    if args.large_max_ops is not None:
+        top = D.rp.RANGES["num_ops"][1]
+        if not 1 <= args.large_max_ops <= top:
+            raise ValueError(f"--large-max-ops = {args.large_max_ops} must be an integer in [1, {top}]")
+        kwargs["large_dist"] = D.LARGE.replace(num_ops=(1, args.large_max_ops))
     if args.large_train_size is not None:
         kwargs["large_train_size"] = tuple(args.large_train_size)
     config = D.BuildConfig(**kwargs)

@@ -242,8 +242,9 @@ HELDOUT = SpecDistribution(
     ),
 )
 
-#: Large random programs (``num_ops`` is set to reach the target size; small axes keep the
-#: rule tables tractable at this size).
+#: Large random programs (``num_ops`` is set to reach the target size, at most this
+#: distribution's high ``num_ops``: 600 operations make about 800 intermediates, and
+#: ``--large-max-ops`` raises it; small axes keep the rule tables tractable at this size).
 LARGE = SpecDistribution("large", num_ops=(1, 600), max_rank=(0, 2), max_dim=(1, 3))
 
 #: One step of a stepped program (:attr:`BuildConfig.stepped_train`): a small random
@@ -594,12 +595,13 @@ def _large_item(config: BuildConfig, index: int, zoo: list, group: str = "large"
     rng = _rng(config, group, index)
     target = int(rng.integers(lo, hi + 1))
     if index % 2 == 0 or not zoo:
-        base = config.large_dist.draw(rng, num_ops=min(max(target, 1), rp.RANGES["num_ops"][1]))
+        max_ops = config.large_dist.num_ops[1]
+        base = config.large_dist.draw(rng, num_ops=min(max(target, 1), max_ops))
         name = f"{prefix}_random_{index:05d}"
         meta = dict(split=split, family=f"{prefix}_random", name=name, source="random_program")
 
         def make():
-            spec, ops, got, max_ops = base, base.num_ops, None, rp.RANGES["num_ops"][1]
+            spec, ops, got = base, base.num_ops, None
             for attempt in range(8):
                 spec = dataclasses.replace(spec, num_ops=ops,
                                            num_outputs=min(spec.num_outputs, spec.num_inputs + ops))
@@ -616,9 +618,11 @@ def _large_item(config: BuildConfig, index: int, zoo: list, group: str = "large"
                     ops = spec.num_ops
                 else:
                     ops = int(np.clip(want, 1, max_ops))
+            more = (f"; at most {max_ops} operations are allowed: raise the large distribution's num_ops "
+                    f"(`--large-max-ops`) for graphs this size" if got < lo and spec.num_ops == max_ops else "")
             raise _Failure("size", ValueError(
                 f"no program of {(lo, hi)} intermediates after 8 attempts (last: {got} "
-                f"intermediates from {spec.num_ops} operations)"))
+                f"intermediates from {spec.num_ops} operations){more}"))
 
         meta.update(seed=None, params=rp.describe(base))
         return meta, make

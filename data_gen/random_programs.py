@@ -97,7 +97,7 @@ DEFAULT_MIX = (
 RANGES = {
     "num_inputs": (1, 16),
     "num_outputs": (1, 16),
-    "num_ops": (1, 600),
+    "num_ops": (1, 3000),
     "max_rank": (0, 3),
     "max_dim": (1, 16),
     "fan_in": (1, 4),
@@ -163,7 +163,7 @@ class ProgramSpec:
     Attributes:
       num_inputs: number of array arguments (1..16).
       num_outputs: number of returned arrays (1..16, at most num_inputs + num_ops).
-      num_ops: number of operations to emit (1..600); one operation lowers to one to a
+      num_ops: number of operations to emit (1..3000); one operation lowers to one to a
         few primitives.
       max_rank: largest rank of any value (0..3).
       max_dim: largest axis size of any value (1..16).

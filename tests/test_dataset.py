@@ -126,6 +126,18 @@ def test_chained_graphs_keep_held_out_and_training_functions_apart():
             assert (family[meta["params"]["example"]] in D.HELDOUT_ZOO_FAMILIES) == held_out
 
 
+def test_large_random_programs_grow_past_the_default_operation_cap_when_asked():
+    # 40 operations cannot make 150-200 intermediates: the failure says which flag to raise
+    config = _tiny_config(large_size=(150, 200), zoo="none")
+    capped = dataclasses.replace(config, large_dist=D.LARGE.replace(num_ops=(1, 40)))
+    _, make = D._item(capped, "large", 0, [])
+    with pytest.raises(D._Failure, match="--large-max-ops") as e:
+        make()
+    assert e.value.stage == "size"
+    meta, make = D._item(dataclasses.replace(config, large_dist=D.LARGE.replace(num_ops=(1, 400))), "large", 0, [])
+    assert 150 <= len(make().intermediates) <= 200 and meta["family"] == "large_random"
+
+
 def test_row_to_graph_round_trip(tiny):
     out, _, _ = tiny
     rows = _rows(datasets.load_from_disk(out))
@@ -265,7 +277,8 @@ def test_resume_recomputes_only_missing_chunks(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--train-max-rank", "0", "5"], r"max_rank.*\[0, 3\]"),
-    (["--heldout-num-ops", "100", "700"], r"num_ops.*\[1, 600\]"),
+    (["--heldout-num-ops", "100", "3500"], r"num_ops.*\[1, 3000\]"),
+    (["--large-max-ops", "0"], r"large-max-ops.*\[1, 3000\]"),
     (["--train-num-ops", "50", "10"], "low is larger than high"),
     (["--num-random", "-1"], "num_random"),
     (["--num-proc", "0"], "num-proc"),
