@@ -9,20 +9,22 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    graph of at most :data:`alphagrad.baselines.EXACT_LIMIT` intermediates gets the proven
    optimum at once;
 2. the network plays its greedy order and then sampled orders
-   (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts), for at
-   most ``sample_fraction`` of the budget;
+   (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts; sampling
+   for at most ``sample_fraction`` of the budget) on a thread of its own, beside step 4:
+   the rollout runs on one core, and played first it would leave every other core idle
+   (0.2-0.4 s of a 1 s budget on graphs of about 2,000 intermediates);
 3. the rest of the network's cheapest order after its opening (its first ``opening``
    share of moves, kept) is annealed for ``opening_share`` of the time left: a smaller
    search space; off by default (``opening`` 0), since ``python -m eval.bench_schedule``
-   measures it no better at 5 s and worse at 1 s, where annealing needs the time;
+   measures it no better at 5 s and worse at 1 s, where annealing needs the time (with it
+   on, the network plays first);
 4. the three baselines are each descended and annealed whole
    (:func:`alphagrad.baselines.anneal`) for the rest of the budget, as annealing alone
-   does, with the cheapest order so far as one more start only where a thread is left
-   over (more than three cores): on large graphs the starts lie in basins of very
-   different depth, and a network's order that is cheaper than the baselines' but in a
-   shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it took
-   forward's, the only start that reaches the deep basin: 0.973 x the best baseline
-   instead of annealing's 0.36).
+   does. The network's order is not a start: on large graphs the starts lie in basins
+   of very different depth, and a network's order that is cheaper than the baselines'
+   but in a shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it
+   took forward's, the only start that reaches the deep basin: 0.973 x the best
+   baseline instead of annealing's 0.36).
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
@@ -250,25 +252,50 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             done.set()
             ticker.join()
 
+    lock = threading.Lock()  # the network's thread offers orders while annealing runs
+    failed: list = []
+
+    def network(player):
+        """The network's greedy order, then sampled ones for at most ``sample_fraction``
+        of the budget; returns the cheapest."""
+        nonlocal network_cost
+        played = player.play()
+        with lock:
+            network_cost = offer(played, "network greedy")
+        for k in range(settings.samples):
+            if elapsed() >= settings.sample_fraction * budget_s:
+                break
+            order = player.play(settings.temperature, seed * 1_000_003 + k)
+            with lock:
+                c = offer(order, "network sampled")
+                if c < network_cost:
+                    network_cost, played = c, order
+        return played
+
+    def beside(player):  # the network's thread: an error reaches the caller after the join
+        try:
+            network(player)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            failed.append(err)
+
+    thread = None
     try:
         if small and n > 1:
             offer(baselines.optimal(graph), "optimal")
         elif n > 1 and best[0] > 0:
-            player = make_player(graph, max(min(costs.values()), 1), ev)
+            player = make_player(graph, max(min(costs.values()), 1), ev)  # the encoder runs here
             played = None
             if player is not None:
                 compile_s += player.compile_seconds
-                played = player.play()
-                network_cost = offer(played, "network greedy")
-                tick()
-                for k in range(settings.samples):
-                    if elapsed() >= settings.sample_fraction * budget_s:
-                        break
-                    order = player.play(settings.temperature, seed * 1_000_003 + k)
-                    c = offer(order, "network sampled")
-                    if c < network_cost:
-                        network_cost, played = c, order
-                tick()
+                if settings.anneal and settings.opening == 0:
+                    # the network plays on a thread of its own while annealing runs: on a
+                    # core annealing would otherwise share with it, not before annealing
+                    # starts (then every core but one would wait for it)
+                    thread = threading.Thread(target=beside, args=(player,), daemon=True)
+                    thread.start()
+                else:
+                    played = network(player)
+                    tick()
             keep = int(settings.opening * n)
             left = (budget_s - elapsed()) * settings.opening_share
             if settings.anneal and played is not None and keep > 0 and left > 0 and best[0] > 0:
@@ -278,20 +305,25 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 tick()
             left = budget_s - elapsed()
             if settings.anneal and left > 0 and best[0] > 0:
-                # annealing alone's starts keep their chains; the best so far gets a chain
-                # only where a thread is left over (step 4 of the module docstring says why)
-                starts = list(orders.values())
-                if baselines.default_threads() > len(starts):
-                    starts.append(best[1])
+                # from the baselines, as annealing alone starts (step 4 of the module docstring)
                 with ticking() as report:
-                    offer(baselines.anneal(graph, budget_s=left, seed=seed, start=starts, progress=report),
-                          "anneal")
+                    annealed_order = baselines.anneal(graph, budget_s=left, seed=seed, start=list(orders.values()),
+                                                      progress=report)
+                if thread is not None:
+                    thread.join()
+                with lock:
+                    offer(annealed_order, "anneal")
+            if thread is not None:
+                thread.join()
+            if failed:
+                raise failed[0]
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
                       stacklevel=3)
     finally:
         bar.close()
-    cost, order, method = best
+    with lock:
+        cost, order, method = list(best)
     return OrderResult(order=order, cost=cost, baselines=costs, method=method, network_cost=network_cost,
                        seconds=round(elapsed(), 3), compile_seconds=round(compile_s, 3), history=history,
                        fingerprint=graph.fingerprint)

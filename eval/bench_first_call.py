@@ -13,7 +13,9 @@ network's encoder for its padded size once per graph), and the repeated call's w
 holds (its first compile, about 20 s, happens once per machine and is not measured here).
 
 Graphs: README's two-intermediate example (proved optimal at once, no budget spent),
-RoeFlux_3d (~100 intermediates) and TransformerStack (the zoo's largest rule tables).
+RoeFlux_3d (~100 intermediates), TransformerStack (the zoo's largest rule tables) and
+RoeFlux_3d_chain13 (13 copies of RoeFlux_3d in a chain, ~2,000 intermediates: a user's
+large function; ``NAME_chainK`` chains any zoo entry K times, as ``data_gen`` does).
 Writes ``OUT/report.json`` and ``OUT/report.md``; ``--readme README.md`` puts the table
 between ``<!-- bench_first_call:start -->`` and ``<!-- bench_first_call:end -->``.
 """
@@ -30,17 +32,22 @@ import tempfile
 import time
 
 START, END = "<!-- bench_first_call:start -->", "<!-- bench_first_call:end -->"
-GRAPHS = ("readme", "RoeFlux_3d", "TransformerStack")
+GRAPHS = ("readme", "RoeFlux_3d", "TransformerStack", "RoeFlux_3d_chain13")
 
 
 def _function(name: str):
-    """``(f, args)``: README's example, or a zoo entry."""
+    """``(f, args)``: README's example, a zoo entry, or ``NAME_chainK`` (the zoo entry
+    NAME chained K times, :func:`alphagrad.examples.chain`)."""
     import jax.numpy as jnp
 
     if name == "readme":
         return (lambda x, W: jnp.tanh(W @ x).sum()), (jnp.ones(3), jnp.ones((4, 3)))
     from alphagrad import examples
 
+    base, sep, copies = name.rpartition("_chain")
+    if sep and copies.isdigit():
+        e = examples.get(base)
+        return examples.chain(e.fn, int(copies)), e.args
     e = examples.get(name)
     return e.fn, e.args
 
@@ -96,7 +103,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.bench_first_call", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=1.0, help="budget_s of each call (default 1)")
-    p.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated: readme and/or zoo names")
+    p.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated: readme, zoo names, NAME_chainK")
     p.add_argument("--out", default="eval/results/first_call")
     p.add_argument("--readme", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)

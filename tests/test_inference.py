@@ -68,16 +68,47 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
     calls.clear()
     find_order(graph, lambda *a, **k: player, 0.2, 0)  # the default: no opening stage
     assert [c.get("keep", 0) for c in calls] == [0]
-    # the last stage starts from the baselines, as annealing alone does, and from the best
-    # so far only where a thread is left over for its chain
+    # the last stage starts from the baselines, as annealing alone does, whatever the cores
     ev = Evaluator(graph)
     orders = [baselines.forward(graph), baselines.reverse(graph), ev.markowitz()]
-    best = min(orders + [player.play()], key=lambda o: ag.cost(graph, o))
-    for threads, starts in ((2, orders), (3, orders), (4, orders + [best])):
+    for threads in (2, 4):
         monkeypatch.setattr(baselines, "default_threads", lambda: threads)
         calls.clear()
         find_order(graph, lambda *a, **k: player, 0.2, 0)
-        assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in starts]
+        assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in orders]
+
+
+class _Fixed:
+    """A player that plays one given order (or raises ``error``), slowly."""
+
+    compile_seconds = 0.0
+
+    def __init__(self, order=None, error=None):
+        self.order, self.error = order, error
+
+    def play(self, temperature=0.0, seed=0):
+        import time
+
+        time.sleep(0.05)
+        if self.error is not None:
+            raise self.error
+        return list(self.order)
+
+
+def test_the_network_plays_beside_annealing_and_its_order_counts(graph):
+    """The network's orders are played on a thread of their own while annealing runs: an
+    order cheaper than the baselines is recorded as the network's, and the result is the
+    cheapest of everything offered."""
+    good = ag.baselines.anneal(graph, iterations=20000, seed=1)
+    r = find_order(graph, lambda *a, **k: _Fixed(good), 0.3, 0, InferenceSettings(samples=2))
+    assert r.network_cost == ag.cost(graph, good) < r.best_baseline
+    assert ("network greedy" in {stage for _, _, stage in r.history}) and r.cost <= r.network_cost
+    assert r.cost == ag.cost(graph, r.order) and r.seconds < 0.3 * 1.1 + 0.05
+
+
+def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
+    with pytest.raises(RuntimeError, match="the player broke"):
+        find_order(graph, lambda *a, **k: _Fixed(error=RuntimeError("the player broke")), 0.2, 0)
 
 
 @pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
@@ -107,3 +138,22 @@ def test_anneal_reports_each_cheaper_order_to_a_progress_function(graph, capsys)
     assert seen and seen == sorted(set(seen), reverse=True)  # strictly cheaper each time
     assert seen[-1] == ag.cost(graph, order)
     assert capsys.readouterr().err == ""  # reported to the function, not printed
+
+
+def test_ctrl_c_during_annealing_returns_the_best_complete_order_with_a_warning(graph, monkeypatch):
+    """Ctrl-C while the network plays beside annealing: the cheapest complete order offered
+    so far comes back, with a warning, never a half-made one."""
+    from alphagrad import baselines
+
+    def interrupted(g, **kw):
+        import time
+
+        time.sleep(0.1)  # the network's thread offers its order meanwhile
+        raise KeyboardInterrupt
+
+    good = baselines.anneal(graph, iterations=20000, seed=1)
+    monkeypatch.setattr(baselines, "anneal", interrupted)
+    with pytest.warns(UserWarning, match="interrupted"):
+        r = find_order(graph, lambda *a, **k: _Fixed(good), 5.0, 0, InferenceSettings(samples=0))
+    assert r.cost == ag.cost(graph, r.order) == ag.cost(graph, good) and r.method == "network greedy"
+    assert sorted(r.order) == sorted(graph.intermediates) and r.seconds < 1.0
