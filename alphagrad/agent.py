@@ -1,13 +1,14 @@
 """The pretrained agent: elimination orders for new functions in seconds.
 
     agent = alphagrad.from_pretrained()          # the model shipped in the package
-    result = agent.order(f, *args, budget_s=10)  # network orders, then annealing
+    result = agent.order(f, *args, budget_s=10)  # network orders beside annealing
     jac = alphagrad.jacobian(f, order=result)(*args)
 
 :meth:`Agent.order` traces ``f`` and runs the budgeted schedule of
 :mod:`alphagrad.inference`: the baselines, the network's greedy and sampled orders
-(:class:`alphagrad.policy.Player`: one encoder pass per graph, compiled rollouts), then
-annealing from the cheapest. The result is never worse than the best baseline; results
+(:class:`alphagrad.policy.Player`: one encoder pass per graph, compiled rollouts) played
+beside annealing from the baselines, the cheapest order winning. The result is never
+worse than the best baseline; results
 are cached by graph fingerprint and settings. :meth:`Agent.greedy_order` is the
 network's order alone.
 """

@@ -288,9 +288,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             if player is not None:
                 compile_s += player.compile_seconds
                 if settings.anneal and settings.opening == 0:
-                    # the network plays on a thread of its own while annealing runs: on a
-                    # core annealing would otherwise share with it, not before annealing
-                    # starts (then every core but one would wait for it)
+                    # beside annealing, not before it (step 2 of the module docstring)
                     thread = threading.Thread(target=beside, args=(player,), daemon=True)
                     thread.start()
                 else:
