@@ -8,9 +8,8 @@
 :mod:`alphagrad.inference`: the baselines, the network's greedy and sampled orders
 (:class:`alphagrad.policy.Player`: one encoder pass per graph, compiled rollouts) played
 beside annealing from the baselines, the cheapest order winning. The result is never
-worse than the best baseline; results
-are cached by graph fingerprint and settings. :meth:`Agent.greedy_order` is the
-network's order alone.
+worse than the best baseline; results are cached by graph fingerprint and settings.
+:meth:`Agent.greedy_order` is the network's order alone.
 """
 
 from __future__ import annotations
