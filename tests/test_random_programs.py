@@ -275,7 +275,7 @@ def test_default_mix_is_honoured_roughly():
         ({"num_outputs": 0}, "num_outputs"),
         ({"num_outputs": 4, "num_inputs": 1, "num_ops": 2}, "num_outputs"),
         ({"num_ops": 0}, "num_ops"),
-        ({"num_ops": 601}, "num_ops"),
+        ({"num_ops": 3001}, "num_ops"),
         ({"num_ops": 2.5}, "num_ops"),
         ({"max_rank": 5}, "max_rank"),
         ({"max_rank": -1}, "max_rank"),
