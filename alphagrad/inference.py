@@ -302,19 +302,18 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                                            progress=report), "anneal after the network's opening")
                 tick()
             left = budget_s - elapsed()
+            annealed_order = None
             if settings.anneal and left > 0 and best[0] > 0:
                 # from the baselines, as annealing alone starts (step 4 of the module docstring)
                 with ticking() as report:
                     annealed_order = baselines.anneal(graph, budget_s=left, seed=seed, start=list(orders.values()),
                                                       progress=report)
-                if thread is not None:
-                    thread.join()
-                with lock:
-                    offer(annealed_order, "anneal")
             if thread is not None:
                 thread.join()
             if failed:
                 raise failed[0]
+            if annealed_order is not None:  # the network's thread is done: no lock needed
+                offer(annealed_order, "anneal")
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
                       stacklevel=3)
