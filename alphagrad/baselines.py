@@ -393,7 +393,7 @@ def _check_cap(best):
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
            iterations: int | None = None, start=None, progress=False, keep: int = 0,
-           threads: int | None = None) -> list[int]:
+           threads: int | None = None, late=None) -> list[int]:
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
     Moves swap two positions or move one vertex elsewhere, mostly within a window of
@@ -440,6 +440,14 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         chain with seed ``seed`` is always one of them, so one thread gives what a single
         chain gives, and more can only find an order at least as cheap at a fixed
         ``iterations``.
+      late: a function of no arguments, polled by the chains between their chunks of
+        moves (from their threads), that returns None or an order that arrived while
+        annealing runs (e.g. a network's, played on another thread; each order once).
+        If it is cheaper than every chain's best order, the chain whose best is dearest
+        takes it as its current and best order, at the temperature of the moment: a
+        late start. Only then: a cheaper order may lie in a shallower basin than a chain
+        that would overtake it (see :mod:`alphagrad.inference`). Not with
+        ``iterations`` (its result would depend on timing) nor with ``keep``.
 
     Returns:
       The cheapest order seen (re-scored from scratch); if interrupted (Ctrl-C), the
@@ -455,6 +463,10 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
                                                            iterations, start, "baselines.anneal")
     keep = check_int(keep, "keep", 0)
     threads = default_threads() if threads is None else check_int(threads, "threads", 1)
+    if late is not None and not callable(late):
+        raise TypeError(f"late must be a function returning None or an order, not {type(late).__name__}")
+    if late is not None and (iterations is not None or keep):
+        raise ValueError("late starts arrive on the clock: pass them with a time budget, without iterations or keep")
     n = len(starts[0])
     if keep > n:
         raise ValueError(f"keep = {keep} is more than the order's {n} vertices")
@@ -528,10 +540,30 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
             halted.set()
             _interrupted(t_start, budget_s, stop)
 
+    def arrived(k):
+        """Polls ``late``; hands an order that arrived to the chain whose best is dearest
+        (``handed[j]``), if cheaper than every chain's best; chain ``k`` then takes what it
+        was handed."""
+        with lock:
+            order = late()
+            if order is not None:
+                unit_order = np.asarray(list(dict.fromkeys(
+                    first.get(v, v) for v in resolve_order(graph, order, convention))), np.int64)
+                cost = evs[k].descend(unit_order.copy(), 0, 0, prefix=prefix, units=units)[0]
+                j = max(range(threads), key=lambda i: (bests[i], i))
+                if cost < min(bests):
+                    handed[j] = unit_order
+            mine, handed[k] = handed[k], None
+        if mine is not None:
+            chains[k] = (mine.copy(), mine)
+
     def chunk_of(k):
         def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders: the rest's + the prefix's
-            return fixed + evs[k].anneal(chains[k][0], chains[k][1], moves, t_from, t_to, chunk_seed, prefix=prefix,
-                                         units=units)[1]
+            if late is not None:
+                arrived(k)
+            bests[k] = fixed + evs[k].anneal(chains[k][0], chains[k][1], moves, t_from, t_to, chunk_seed,
+                                             prefix=prefix, units=units)[1]
+            return bests[k]
         return chunk
 
     def temps(moves):  # a move changes a few eliminations: the temperatures scale with one
@@ -568,6 +600,9 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     ranked = [grouped[i] for i in sorted(range(len(grouped)), key=costs.__getitem__)]
     chosen_cost = fixed + min(costs)
     chains = [(ranked[k % len(ranked)].copy(), ranked[k % len(ranked)].copy()) for k in range(threads)]
+    ranked_costs = sorted(costs)
+    bests = [fixed + ranked_costs[k % len(ranked)] for k in range(threads)]  # each chain's best cost
+    handed = [None] * threads  # late orders handed to a chain
     seeds = [(seed + 7919 * k) % 2**32 for k in range(threads)]
     t_anneal = time.perf_counter()
     anneal_s = max(budget_s - (t_anneal - t_start) - descent_s, 1e-3)

@@ -24,7 +24,10 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    of very different depth, and a network's order that is cheaper than the baselines'
    but in a shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it
    took forward's, the only start that reaches the deep basin: 0.973 x the best
-   baseline instead of annealing's 0.36).
+   baseline instead of annealing's 0.36). It is a late start instead
+   (``late_start``): when it arrives cheaper than every chain's best order so far, the
+   chain whose best is dearest anneals on from it (annealing is then behind the
+   network, as at 1 s on graphs of about 2,000 intermediates).
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """
@@ -54,6 +57,9 @@ class InferenceSettings:
         such stage).
       opening_share: the share of the annealing time spent after the opening.
       anneal: anneal for the rest of the budget.
+      late_start: hand the network's orders to annealing as they arrive (a late start,
+        ``baselines.anneal(late=...)``: the chain whose best order is dearest takes one
+        that is cheaper); otherwise they only compete with annealing's result.
     """
 
     samples: int = 32
@@ -62,6 +68,7 @@ class InferenceSettings:
     opening: float = 0.0
     opening_share: float = 0.5
     anneal: bool = True
+    late_start: bool = True
 
     def __post_init__(self):
         import math
@@ -254,6 +261,10 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
 
     lock = threading.Lock()  # the network's thread offers orders while annealing runs
     failed: list = []
+    arrivals: list = []  # the network's cheapest orders so far, for annealing's late start
+
+    def late():
+        return arrivals.pop(0) if arrivals else None
 
     def network(player):
         """The network's greedy order, then sampled ones for at most ``sample_fraction``
@@ -262,6 +273,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
         played = player.play()
         with lock:
             network_cost = offer(played, "network greedy")
+        arrivals.append(played)
         for k in range(settings.samples):
             if elapsed() >= settings.sample_fraction * budget_s:
                 break
@@ -270,6 +282,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                 c = offer(order, "network sampled")
                 if c < network_cost:
                     network_cost, played = c, order
+                    arrivals.append(order)
         return played
 
     def beside(player):  # the network's thread: an error reaches the caller after the join
@@ -306,8 +319,9 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
             if settings.anneal and left > 0 and best[0] > 0:
                 # from the baselines, as annealing alone starts (step 4 of the module docstring)
                 with ticking() as report:
-                    annealed_order = baselines.anneal(graph, budget_s=left, seed=seed, start=list(orders.values()),
-                                                      progress=report)
+                    annealed_order = baselines.anneal(
+                        graph, budget_s=left, seed=seed, start=list(orders.values()), progress=report,
+                        late=late if thread is not None and settings.late_start else None)
             if thread is not None:
                 thread.join()
             if failed:

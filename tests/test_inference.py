@@ -106,6 +106,33 @@ def test_the_network_plays_beside_annealing_and_its_order_counts(graph):
     assert r.cost == ag.cost(graph, r.order) and r.seconds < 0.3 * 1.1 + 0.05
 
 
+def test_the_networks_order_reaches_annealing_as_a_late_start(graph, monkeypatch):
+    """While annealing runs, the network's order is handed to it once it is played
+    (``late_start``, on by default), and not when the setting is off."""
+    from alphagrad import baselines
+
+    real, handed = baselines.anneal, []
+
+    def spy(g, late=None, **kw):
+        got = []
+        handed.append(got if late is not None else None)
+
+        def watched():
+            order = late()
+            if order is not None:
+                got.append([int(v) for v in order])
+            return order
+        return real(g, late=watched if late is not None else None, **kw)
+
+    good = real(graph, iterations=20000, seed=1)
+    monkeypatch.setattr(baselines, "anneal", spy)
+    r = find_order(graph, lambda *a, **k: _Fixed(good), 0.5, 0, InferenceSettings(samples=0))
+    assert handed == [[good]] and r.cost <= ag.cost(graph, good)
+    handed.clear()
+    find_order(graph, lambda *a, **k: _Fixed(good), 0.3, 0, InferenceSettings(samples=0, late_start=False))
+    assert handed == [None]
+
+
 def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
     with pytest.raises(RuntimeError, match="the player broke"):
         find_order(graph, lambda *a, **k: _Fixed(error=RuntimeError("the player broke")), 0.2, 0)
