@@ -25,9 +25,10 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    but in a shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it
    took forward's, the only start that reaches the deep basin: 0.973 x the best
    baseline instead of annealing's 0.36). It is a late start instead
-   (``late_start``): when it arrives cheaper than every chain's best order so far, the
-   chain whose best is dearest anneals on from it (annealing is then behind the
-   network, as at 1 s on graphs of about 2,000 intermediates).
+   (``late_start``): when it arrives clearly cheaper than every chain's best order so
+   far (:data:`alphagrad.baselines.LATE_MARGIN`), the chain whose best is dearest
+   anneals on from it (annealing is then behind the network, as at 1 s on graphs of
+   about 2,000 intermediates).
 
 ``OrderResult.history`` records each improvement with the stage that found it.
 """

@@ -1,10 +1,12 @@
 """Ablation of the agent's schedule (not a test): ``python -m eval.bench_schedule``.
 
 Runs :func:`alphagrad.inference.find_order` with the bundled network and with the
-one-parameter Markowitz prior (the control), each with and without the opening stage
-(``InferenceSettings.opening``), beside annealing alone, on the large held-out graphs of
-``--data`` at each budget, one after another on each graph (same seed; each schedule
-compiled by an untimed warm-up call first). Prints and writes cost / best baseline per
+one-parameter Markowitz prior (the control), each in the default schedule, with the
+opening stage (``InferenceSettings(opening=0.5)``) and without the late start
+(``late_start=False``: the player's orders only compete with annealing's), beside
+annealing alone, on the large held-out graphs of ``--data`` at each budget, one after
+another on each graph (same seed; each schedule compiled by an untimed warm-up call
+first). Prints and writes cost / best baseline per
 graph and the geometric means to ``OUT/report.md`` (and ``report.json``).
 """
 
@@ -20,6 +22,8 @@ import sys
 import numpy as np
 
 FAMILIES = ("large_random", "large_zoo_chained", "large_real")
+#: The schedules compared, by name: ``InferenceSettings`` keyword arguments.
+VARIANTS = {"default": {}, "opening 0.5": {"opening": 0.5}, "no late start": {"late_start": False}}
 
 
 def large_rows(data: str, split: str, per_family: int):
@@ -41,7 +45,7 @@ def add_graph_arguments(p: argparse.ArgumentParser, data: str) -> None:
     p.add_argument("--per-family", type=int, default=4)
 
 
-def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, openings) -> dict:
+def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, variants=VARIANTS) -> dict:
     import alphagrad
     from alphagrad import baselines
     from alphagrad.inference import InferenceSettings, find_order
@@ -56,16 +60,15 @@ def run(model: str, data: str, split: str, per_family: int, budgets, seed: int, 
         graph, scale = row_to_graph(row), max(row["best_baseline"], 1)
         ratios = {}
         for name, make in players.items():
-            for opening in openings:
-                find_order(graph, make, min(min(budgets), 0.2), seed, InferenceSettings(opening=opening))  # compiles
+            for kwargs in variants.values():
+                find_order(graph, make, min(min(budgets), 0.2), seed, InferenceSettings(**kwargs))  # compiles
         for budget in budgets:
             ratios[f"anneal @{budget:g}s"] = alphagrad.cost(
                 graph, baselines.anneal(graph, budget_s=budget, seed=seed)) / scale
             for name, make in players.items():
-                for opening in openings:
-                    settings = InferenceSettings(opening=opening)
-                    ratios[f"{name}, opening {opening:g} @{budget:g}s"] = find_order(
-                        graph, make, budget, seed, settings).cost / scale
+                for variant, kwargs in variants.items():
+                    ratios[f"{name}, {variant} @{budget:g}s"] = find_order(
+                        graph, make, budget, seed, InferenceSettings(**kwargs)).cost / scale
         rows.append({"name": row["name"], "intermediates": row["num_intermediates"], "ratios": ratios})
         print(row["name"], " ".join(f"{k}={v:.3f}" for k, v in ratios.items()), file=sys.stderr, flush=True)
     return {"rows": rows}
@@ -101,8 +104,8 @@ def main(argv=None) -> int:
         p.error(f"--budgets {args.budgets!r} must be comma-separated seconds, e.g. 1,5")
     if not budgets or not all(0 < b < float("inf") for b in budgets):
         p.error(f"--budgets {args.budgets!r}: every budget must be a finite number of seconds > 0")
-    report = run(args.model, args.data, args.split, args.per_family, budgets, args.seed, (0.0, 0.5))
-    write_report(p, args, argv, report, markdown, "The schedule's opening stage",
+    report = run(args.model, args.data, args.split, args.per_family, budgets, args.seed)
+    write_report(p, args, argv, report, markdown, "The schedule's stages",
                  f"cost / best baseline at {args.budgets} s, seed {args.seed}")
     return 0
 

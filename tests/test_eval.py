@@ -438,15 +438,15 @@ def test_bench_greedy_sets_each_model_against_the_first_graph_by_graph():
     assert "Against" not in BG.markdown(["a"], {g: [(n, k, r[:1], m) for n, k, r, m in v] for g, v in groups.items()})
 
 
-def test_bench_schedule_ablates_the_opening_stage_beside_annealing(data, model, tmp_path):
+def test_bench_schedule_ablates_the_opening_stage_and_the_late_start_beside_annealing(data, model, tmp_path):
     from eval import bench_schedule as BS
 
     out = str(tmp_path / "schedule")
     assert BS.main(["--model", model, "--data", data, "--budgets", "0.1,0.2", "--out", out]) == 0
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert report["rows"] and all(r["name"] for r in report["rows"])
-    methods = ["anneal", "network, opening 0", "network, opening 0.5", "markowitz-prior, opening 0",
-               "markowitz-prior, opening 0.5"]
+    methods = ["anneal"] + [f"{player}, {variant}" for player in ("network", "markowitz-prior")
+                            for variant in ("default", "opening 0.5", "no late start")]
     for r in report["rows"]:
         assert list(r["ratios"]) == [f"{m} @{b}s" for b in ("0.1", "0.2") for m in methods]
         assert all(0 < x <= 1 for x in r["ratios"].values())  # never worse than the best baseline
