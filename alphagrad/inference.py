@@ -60,7 +60,8 @@ class InferenceSettings:
       anneal: anneal for the rest of the budget.
       late_start: hand the network's orders to annealing as they arrive (a late start,
         ``baselines.anneal(late=...)``: the chain whose best order is dearest takes one
-        that is cheaper); otherwise they only compete with annealing's result.
+        that costs less than :data:`alphagrad.baselines.LATE_MARGIN` of every chain's
+        best); otherwise they only compete with annealing's result.
     """
 
     samples: int = 32
@@ -79,6 +80,9 @@ class InferenceSettings:
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
                 or self.temperature <= 0:
             raise ValueError(f"temperature = {self.temperature!r} must be a finite number > 0")
+        for name in ("anneal", "late_start"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} = {getattr(self, name)!r} must be True or False")
         for name in ("sample_fraction", "opening", "opening_share"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:

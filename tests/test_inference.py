@@ -140,7 +140,8 @@ def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
 
 @pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
                                           ("temperature", float("nan")), ("sample_fraction", 1.5),
-                                          ("opening", -0.1), ("opening_share", True)])
+                                          ("opening", -0.1), ("opening_share", True), ("late_start", 1),
+                                          ("anneal", "yes")])
 def test_settings_out_of_range_are_clear_errors(field, value):
     with pytest.raises(ValueError, match=f"{field} = "):
         InferenceSettings(**{field: value})
