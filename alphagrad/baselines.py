@@ -496,7 +496,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     groups = [g for g in graph.false_twins if not kept.intersection(g)]
     units = ev.units(groups)
     first = {v: g[0] for g in groups for v in g}
-    grouped = [np.asarray(list(dict.fromkeys(first.get(int(v), int(v)) for v in o)), np.int64) for o in starts]
+
+    def in_units(order):  # an order of the units: each group of twins as its first vertex
+        return np.asarray(list(dict.fromkeys(first.get(int(v), int(v)) for v in order)), np.int64)
+
+    grouped = [in_units(o) for o in starts]
 
     def cheapest(unit_orders):
         """The cheapest of these orders, re-scored from scratch, and the start orders (one
@@ -554,12 +558,9 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         with lock:
             order = late()
             if order is not None:
-                unit_order = np.asarray(list(dict.fromkeys(
-                    first.get(v, v) for v in resolve_order(graph, order, convention))), np.int64)
-                cost = evs[k].descend(unit_order.copy(), 0, 0, prefix=prefix, units=units)[0]
-                j = max(range(threads), key=lambda i: (bests[i], i))
-                if cost < LATE_MARGIN * min(bests):
-                    handed[j] = unit_order
+                unit_order = in_units(resolve_order(graph, order, convention))
+                if evs[k].descend(unit_order, 0, 0, prefix=prefix, units=units)[0] < LATE_MARGIN * min(bests):
+                    handed[max(range(threads), key=lambda i: (bests[i], i))] = unit_order
             mine, handed[k] = handed[k], None
         if mine is not None:
             chains[k] = (mine.copy(), mine)
@@ -604,11 +605,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         if halted.is_set():
             return cheapest(grouped)
     costs = [ev.descend(o, 0, 0, prefix=prefix, units=units)[0] for o in grouped]
-    ranked = [grouped[i] for i in sorted(range(len(grouped)), key=costs.__getitem__)]
+    rank = sorted(range(len(grouped)), key=costs.__getitem__)
+    ranked = [grouped[i] for i in rank]
     chosen_cost = fixed + min(costs)
     chains = [(ranked[k % len(ranked)].copy(), ranked[k % len(ranked)].copy()) for k in range(threads)]
-    ranked_costs = sorted(costs)
-    bests = [fixed + ranked_costs[k % len(ranked)] for k in range(threads)]  # each chain's best cost
+    bests = [fixed + costs[rank[k % len(rank)]] for k in range(threads)]  # each chain's best cost
     handed = [None] * threads  # late orders handed to a chain
     seeds = [(seed + 7919 * k) % 2**32 for k in range(threads)]
     t_anneal = time.perf_counter()
