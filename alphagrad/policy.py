@@ -442,9 +442,33 @@ def observe_along(state0, order, positions, compose, join, cost, entries):
     return raw, to_go, np.int64(0)
 
 
+#: tanh for the decoder's GELU: the odd rational of degrees 13/6 that Eigen and XLA use
+#: for float32 tanh (within 3e-7 of it, float32's rounding), clamped where tanh rounds to
+#: +-1. Plain arithmetic that inlines, where ``np.tanh`` is a libm call per value (~27 ns:
+#: the decoder's 128 of them were most of its time; a greedy order at 2,059
+#: intermediates 0.24-0.27 s instead of 0.31-0.34 s, side by side).
+_TANH_CLAMP = 7.90531110763549805
+_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+           1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _tanh(x):
+    x = min(max(x, -_TANH_CLAMP), _TANH_CLAMP)
+    x2 = x * x
+    p = _TANH_P[0]
+    for c in _TANH_P[1:]:
+        p = p * x2 + c
+    q = _TANH_Q[0]
+    for c in _TANH_Q[1:]:
+        q = q * x2 + c
+    return x * p / q
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
 def _gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -496,9 +520,11 @@ def _logit(v, raw, inv_scale, H1, Wd, W2, b2, w3, b3, a1, a2, feats, static, bet
         x = a1[e]
         for d in range(D):
             a2[d] += x * W2[e, d]
+    for d in range(D):
+        a2[d] = _gelu(a2[d])
     out = b3
     for d in range(D):
-        out += _gelu(a2[d]) * w3[d]
+        out += a2[d] * w3[d]
     return out
 
 

@@ -425,6 +425,20 @@ def test_growth_shows_a_free_move_that_makes_an_edge_dense():
     assert raw[v, 8] == sum(held.values()) - sum(ev.tables.structures[k].entries for k in state.edges().values())
 
 
+def test_the_rollouts_gelu_is_the_networks():
+    """The compiled decoder's GELU (a rational tanh, no libm call) is the network's
+    tanh-GELU to float32's precision (relative to the input's size), far out in both
+    tails and at 0, and so within float32 rounding of ``jax.nn.gelu`` itself."""
+    x = np.concatenate([np.linspace(-40.0, 40.0, 8001), [0.0, 1e-12, -1e-12, 7.9, 8.0, -8.0]])
+    ours = np.array([policy._gelu(v) for v in x])
+    exact = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    assert np.all(np.abs(ours - exact) <= 2e-7 * np.maximum(1.0, np.abs(x)))
+    network = np.asarray(jax.nn.gelu(jnp.asarray(x, jnp.float32), approximate=True), np.float64)
+    assert np.all(np.abs(ours - network) <= 4e-7 * np.maximum(1.0, np.abs(x)))
+    t = np.array([policy._tanh(v) for v in x])
+    assert np.abs(t - np.tanh(x)).max() < 5e-7 and policy._tanh(0.0) == 0.0
+
+
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
     raw = np.asarray([[[0, 1, 2, 0, 4, 1, 0, 0, 0], [5, 3, 1, -3, 0, 0, 1, 1, -2048],
                        [1000, 7, 9, 90, -20, 2, 3, 1, 1045504]],
