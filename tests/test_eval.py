@@ -272,6 +272,53 @@ def test_targets_are_judged_from_the_records():
     assert few["status"] == "not measured" and "9 graphs" in few["detail"]
 
 
+def _seed_report(seed, agent, anneal, sha="abc", data="data/x"):
+    """A report of one seed: 12 large graphs, agent@1s and anneal@1s costs (lists)."""
+    recs = []
+    for i in range(12):
+        for kind, cost in (("agent", agent[i]), ("anneal", anneal[i])):
+            recs.append(dict(_rec(f"big{i}", kind, cost, 1.0, "large_random", 450), seed=seed))
+    return {"model": {"id": "m", "params_sha256": sha}, "config": {"data": data, "split": "heldout", "seed": seed},
+            "records": recs, "command": f"python -m eval --seed {seed}"}
+
+
+def test_targets_over_seeds_pair_each_seed_with_itself(tmp_path, capsys):
+    """Several runs' records together: a method at one seed is set against the others at
+    that seed (never another seed's luck), and the geometric mean runs over (graph, seed)
+    pairs; the per-seed columns are each run alone; the table goes into a README block."""
+    from eval import targets
+
+    lucky = _seed_report(0, [90] * 12, [100] * 12)  # agent 0.9 x annealing at seed 0
+    unlucky = _seed_report(1, [99] * 12, [90] * 12)  # 1.1 x at seed 1 (annealing's best there)
+    header, rows = targets.over_seeds([lucky, unlucky])
+    assert header[1:4] == ["seed 0", "seed 1", "all seeds"]
+    (row,) = [r for r in rows if r[0] == "14: graphs of 300-2000 intermediates: agent@1s geomean cost <= 0.95 x anneal@1s"]
+    assert row[1:4] == ["0.9", "1.1", str(round((0.9 * 1.1) ** 0.5, 4))]  # not 99/90 against 100: paired by seed
+    assert row[4] == "missed" and "12 graphs x 2 seeds" in row[5]
+    with pytest.raises(ValueError, match="different models"):
+        targets.over_seeds([lucky, _seed_report(1, [90] * 12, [100] * 12, sha="other")])
+    with pytest.raises(ValueError, match="different data sets"):
+        targets.over_seeds([lucky, _seed_report(1, [90] * 12, [100] * 12, data="data/y")])
+    with pytest.raises(ValueError, match="same seed"):
+        targets.over_seeds([lucky, _seed_report(0, [90] * 12, [100] * 12)])
+    dirs = []
+    for rep in (lucky, unlucky):
+        d = tmp_path / f"seed{rep['config']['seed']}"
+        d.mkdir()
+        (d / "report.json").write_text(json.dumps(rep))
+        dirs.append(str(d))
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:seeds:start -->\nold\n<!-- results:seeds:end -->\nafter\n")
+    assert targets.main(dirs + ["--readme", str(readme), "--block", "seeds"]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "| 0.9 | 1.1 | 0.995 | missed |" in text and text.endswith("after\n")
+    assert targets.main(dirs + ["--readme", str(readme), "--block", "seeds"]) == 0 and readme.read_text() == text
+    capsys.readouterr()
+    assert targets.main(dirs[:1] + [str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eval.targets:") and "report.json" in err
+
+
 # ---------------------------------------------------------------------------------
 # The honesty checks fire: each fault injected into an otherwise clean run.
 
