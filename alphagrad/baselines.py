@@ -401,7 +401,7 @@ def _check_cap(best):
 
 def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",
            iterations: int | None = None, start=None, progress=False, keep: int = 0,
-           threads: int | None = None, late=None) -> list[int]:
+           threads: int | None = None, late=None, info: bool = False):
     """Simulated annealing over orders on the sparse, incremental evaluator.
 
     Moves swap two positions or move one vertex elsewhere, mostly within a window of
@@ -455,10 +455,13 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         whose best is dearest takes it as its current and best order, at the
         temperature of the moment: a late start. Not with ``iterations`` (its result
         would depend on timing) nor with ``keep``.
+      info: also return where the order comes from (see Returns).
 
     Returns:
       The cheapest order seen (re-scored from scratch); if interrupted (Ctrl-C), the
-      cheapest order seen so far, with a warning.
+      cheapest order seen so far, with a warning. With ``info``, ``(order, info)``:
+      ``info["late"]`` says whether the order is a late order or annealed from one
+      (which stage found it, for :attr:`alphagrad.inference.OrderResult.history`).
 
     Raises:
       TypeError, ValueError: an argument is not what is described above.
@@ -472,6 +475,8 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     threads = default_threads() if threads is None else check_int(threads, "threads", 1)
     if late is not None and not callable(late):
         raise TypeError(f"late must be a function returning None or an order, not {type(late).__name__}")
+    if not isinstance(info, bool):
+        raise TypeError(f"info must be True or False, not {info!r}")
     if late is not None and (iterations is not None or keep):
         raise ValueError("late starts arrive on the clock: pass them with a time budget, without iterations or keep")
     n = len(starts[0])
@@ -482,12 +487,16 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
                          f"{len(starts)} different orders; pass one")
     prefix = starts[0][:keep]
     starts = [o[keep:].copy() for o in starts]
+
+    def result(order, from_late=False):
+        return (order, {"late": from_late}) if info else order
+
     if n - keep < 2:
-        return [int(v) for v in prefix] + [int(v) for v in starts[0]]
+        return result([int(v) for v in prefix] + [int(v) for v in starts[0]])
     if n <= EXACT_LIMIT and keep == 0:
         best_order, best = ev.optimal()
         _check_cap(best)
-        return best_order
+        return result(best_order)
     fixed = ev.cost(prefix)
     start_costs = [ev.cost(np.concatenate([prefix, o])) for o in starts]
     # false twins (that the kept opening does not touch) move as one unit, placed first
@@ -502,15 +511,16 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
 
     grouped = [in_units(o) for o in starts]
 
-    def cheapest(unit_orders):
+    def cheapest(unit_orders, late_ones=()):
         """The cheapest of these orders, re-scored from scratch, and the start orders (one
-        wins if grouping its twins made every annealed order dearer)."""
+        wins if grouping its twins made every annealed order dearer), as :func:`anneal`
+        returns it; ``late_ones``: the indices of orders that descend from a late one."""
         finals = [np.concatenate([prefix, ev_.expand(o, *units)]) for o in unit_orders]
         costs = [ev.cost(o) for o in finals] + start_costs
         finals += [np.concatenate([prefix, o]) for o in starts]
         best = min(range(len(costs)), key=costs.__getitem__)
         _check_cap(costs[best])
-        return [int(v) for v in finals[best]]
+        return result([int(v) for v in finals[best]], best in late_ones)
 
     m = len(grouped[0])
     if m < 2:
@@ -564,6 +574,7 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
             mine, handed[k] = handed[k], None
         if mine is not None:
             chains[k] = (mine.copy(), mine)
+            took[k] = True
 
     def chunk_of(k):
         def chunk(moves, t_from, t_to, chunk_seed):  # costs of whole orders: the rest's + the prefix's
@@ -611,11 +622,12 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
     chains = [(ranked[k % len(ranked)].copy(), ranked[k % len(ranked)].copy()) for k in range(threads)]
     bests = [fixed + costs[rank[k % len(rank)]] for k in range(threads)]  # each chain's best cost
     handed = [None] * threads  # late orders handed to a chain
+    took = [False] * threads  # the chains that took one
     seeds = [(seed + 7919 * k) % 2**32 for k in range(threads)]
     t_anneal = time.perf_counter()
     anneal_s = max(budget_s - (t_anneal - t_start) - descent_s, 1e-3)
     _side_by_side(run, threads, None if iterations is not None else lambda: _interrupted(t_start, budget_s))
-    return cheapest([chain[1] for chain in chains] + grouped)
+    return cheapest([chain[1] for chain in chains] + grouped, [k for k in range(threads) if took[k]])
 
 
 def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str = "exact",

@@ -99,7 +99,8 @@ class OrderResult:
       cost: its multiplications (``exact`` convention, what the interpreter executes).
       baselines: costs of ``forward``, ``reverse`` and ``markowitz`` on the same graph.
       method: the stage that found the order (``network greedy``, ``network sampled``,
-        ``anneal``, ``optimal`` or a baseline's name).
+        ``anneal``, ``anneal from the network's order`` (a late start), ``anneal after
+        the network's opening``, ``optimal`` or a baseline's name).
       network_cost: the cheapest order the network played (None if it did not play).
       seconds: wall time spent, one-time work excluded.
       compile_seconds: one-time work in this call: compiling the kernels (once per
@@ -320,19 +321,21 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
                                            progress=report), "anneal after the network's opening")
                 tick()
             left = budget_s - elapsed()
-            annealed_order = None
+            annealed_order, annealed_from = None, "anneal"
             if settings.anneal and left > 0 and best[0] > 0:
                 # from the baselines, as annealing alone starts (step 4 of the module docstring)
                 with ticking() as report:
-                    annealed_order = baselines.anneal(
+                    annealed_order, where = baselines.anneal(
                         graph, budget_s=left, seed=seed, start=list(orders.values()), progress=report,
-                        late=late if thread is not None and settings.late_start else None)
+                        late=late if thread is not None and settings.late_start else None, info=True)
+                if where["late"]:
+                    annealed_from = "anneal from the network's order"
             if thread is not None:
                 thread.join()
             if failed:
                 raise failed[0]
             if annealed_order is not None:  # the network's thread is done: no lock needed
-                offer(annealed_order, "anneal")
+                offer(annealed_order, annealed_from)
     except KeyboardInterrupt:
         warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
                       stacklevel=3)

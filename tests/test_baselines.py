@@ -447,6 +447,16 @@ def test_a_late_order_cheaper_than_every_chain_is_annealed_on():
     out = baselines.anneal(g, budget_s=0.3, seed=0, start="reverse", late=late, threads=2)
     assert len(polls) > 3 and sorted(out) == sorted(g.intermediates)
     assert ag.cost(g, out) <= ag.cost(g, good) < ag.cost(g, baselines.anneal(g, iterations=2000, start="reverse"))
+    # with info, anneal says where its order comes from: one chain, so from the late order
+    arrivals[:] = [None, good]
+    out, where = baselines.anneal(g, budget_s=0.2, seed=0, start="reverse", late=late, threads=1, info=True)
+    assert where == {"late": True} and ag.cost(g, out) <= ag.cost(g, good)
+    out, where = baselines.anneal(g, budget_s=0.1, seed=0, start="reverse", late=lambda: None, info=True)
+    assert where == {"late": False} and sorted(out) == sorted(g.intermediates)
+    small = ag.trace(lambda x: jnp.sin(jnp.cos(x)), 1.0)  # solved exactly at once
+    assert baselines.anneal(small, info=True) == (baselines.optimal(small), {"late": False})
+    with pytest.raises(TypeError, match="info must be True or False"):
+        baselines.anneal(g, budget_s=0.1, info=1)
 
 
 def test_late_orders_are_checked_and_only_come_on_the_clock():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import alphagrad as ag
@@ -131,6 +133,28 @@ def test_the_networks_order_reaches_annealing_as_a_late_start(graph, monkeypatch
     handed.clear()
     find_order(graph, lambda *a, **k: _Fixed(good), 0.3, 0, InferenceSettings(samples=0, late_start=False))
     assert handed == [None]
+
+
+@pytest.mark.parametrize("from_late", [True, False])
+def test_history_tells_annealing_from_the_networks_order_apart(graph, monkeypatch, from_late):
+    """When annealing's order comes from a chain that took the network's order late
+    (``anneal(info=True)`` says so), the stage is "anneal from the network's order", else
+    "anneal"."""
+    from alphagrad import baselines
+
+    good = baselines.anneal(graph, iterations=300, seed=1)
+    better = baselines.anneal(graph, iterations=20000, seed=1)
+    assert ag.cost(graph, better) < ag.cost(graph, good)
+
+    def fake(g, late=None, info=False, **kw):
+        while late() is None:  # until the network's order arrives
+            time.sleep(0.001)
+        return better, {"late": from_late}
+
+    monkeypatch.setattr(baselines, "anneal", fake)
+    r = find_order(graph, lambda *a, **k: _Fixed(good), 0.3, 0, InferenceSettings(samples=0))
+    stage = "anneal from the network's order" if from_late else "anneal"
+    assert r.order == better and r.method == stage and [h[2] for h in r.history][-2:] == ["network greedy", stage]
 
 
 def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
