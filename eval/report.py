@@ -33,6 +33,7 @@ the evaluation goes on.
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import datetime
@@ -795,6 +796,10 @@ def tables(report: dict) -> dict:
                        [[f.get("stage", ""), f.get("family", ""), f.get("name", ""), f.get("method", ""), f["reason"]]
                         for f in report["failures"]])
     out["checks"] = (["check", "status", "detail"], [[c["check"], c["status"], c["detail"]] for c in report["checks"]])
+    found = collections.Counter((r["method"], r["found_by"]) for r in recs if r.get("status") == "ok" and r.get("found_by"))
+    stages = sorted({st for _, st in found})
+    out["found_by"] = (["method"] + stages, [[m] + [found.get((m, st), 0) for st in stages] for m in methods
+                                             if any((m, st) in found for st in stages)])
     return out
 
 
@@ -849,6 +854,10 @@ def render_markdown(report: dict, tabs: dict) -> str:
         L += ["### Ratio to the optimum", "", md_table(*tabs["ratio_to_optimum"]), ""]
     if tabs["seconds"][1]:
         L += ["### Seconds", "", md_table(*tabs["seconds"]), ""]
+    if tabs["found_by"][1]:
+        L += ["### Which stage found the order", "", "Graphs per method and stage (`OrderResult.method`; "
+              "\"anneal from the network's order\": a chain that took the network's order late).", "",
+              md_table(*tabs["found_by"]), ""]
     L += ["## Failures", ""]
     L += [md_table(*tabs["failures"]), ""] if report["failures"] else ["None.", ""]
     L += ["## Jacobian runtime", ""]

@@ -94,6 +94,11 @@ def test_report_has_every_table_plot_and_method(full):
         assert recs[f"{kind}@0.2s"]["seed"] == 0 and recs[f"{kind}@0.2s"]["budget_s"] == 0.2
     assert recs["zero-shot"]["budget_s"] == 0.2 and recs["zero-shot"]["call"] == "agent.greedy_order(graph)"
     assert recs["anneal@0.3s"]["status"] == "ok" and "agent@0.3s" not in recs  # --extra adds one run
+    # which stage found the agent's order: the stage OrderResult.method names, counted in the report
+    md = _read(os.path.join(out, "report.md"))
+    assert "### Which stage found the order" in md
+    assert f"| agent@0.2s | " in md.split("### Which stage found the order")[1]
+    assert recs["agent@0.2s"]["found_by"] in md.split("### Which stage found the order")[1].split("\n")[4]
     by_target = {t["target"]: t for t in rep["targets"]}
     zs = by_target["13: zero-shot geomean / best baseline on random_heldout <= 0.9"]
     assert zs["measured"] == pytest.approx(recs["zero-shot"]["ratio_best"], abs=1e-4)
