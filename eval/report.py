@@ -856,7 +856,8 @@ def render_markdown(report: dict, tabs: dict) -> str:
         L += ["### Seconds", "", md_table(*tabs["seconds"]), ""]
     if tabs["found_by"][1]:
         L += ["### Which stage found the order", "", "Graphs per method and stage (`OrderResult.method`; "
-              "\"anneal from the network's order\": a chain that took the network's order late).", "",
+              "\"anneal from the network's order\": a chain that took the network's order late; for a control, "
+              "\"network\" is its prior's player).", "",
               md_table(*tabs["found_by"]), ""]
     L += ["## Failures", ""]
     L += [md_table(*tabs["failures"]), ""] if report["failures"] else ["None.", ""]
