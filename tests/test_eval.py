@@ -97,7 +97,7 @@ def test_report_has_every_table_plot_and_method(full):
     # which stage found the agent's order: the stage OrderResult.method names, counted in the report
     md = _read(os.path.join(out, "report.md"))
     assert "### Which stage found the order" in md
-    assert f"| agent@0.2s | " in md.split("### Which stage found the order")[1]
+    assert "| agent@0.2s | " in md.split("### Which stage found the order")[1]
     assert recs["agent@0.2s"]["found_by"] in md.split("### Which stage found the order")[1].split("\n")[4]
     by_target = {t["target"]: t for t in rep["targets"]}
     zs = by_target["13: zero-shot geomean / best baseline on random_heldout <= 0.9"]
