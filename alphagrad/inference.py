@@ -10,7 +10,8 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    optimum at once;
 2. the network plays its greedy order and then sampled orders
    (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts; sampling
-   for at most ``sample_fraction`` of the budget) on a thread of its own, beside step 4:
+   for at most ``sample_fraction`` of the budget, and only until annealing has found an
+   order cheaper than every order the network played) on a thread of its own, beside step 4:
    the rollout runs on one core, and played first it would leave every other core idle
    (0.2-0.4 s of a 1 s budget on graphs of about 2,000 intermediates);
 3. the rest of the network's cheapest order after its opening (its first ``opening``
@@ -235,7 +236,7 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
     bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
                leave=False)
 
-    annealed = [best[0]]  # the cheapest cost annealing has reported so far
+    annealed = [float("inf")]  # the cheapest cost annealing has reported (below the baselines')
 
     def tick():
         bar.n = min(round(elapsed(), 1), bar.total)
@@ -247,9 +248,10 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
 
     @contextlib.contextmanager
     def ticking():
-        """Ticks the bar (seconds spent, cheapest cost) every 0.2 s while annealing runs."""
+        """Yields annealing's report function; ticks the bar (seconds spent, cheapest
+        cost) every 0.2 s while annealing runs."""
         if bar.disable:
-            yield False
+            yield seen
             return
         done = threading.Event()
 
@@ -274,14 +276,16 @@ def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
 
     def network(player):
         """The network's greedy order, then sampled ones for at most ``sample_fraction``
-        of the budget; returns the cheapest."""
+        of the budget, and only while annealing has found nothing cheaper than every
+        order the network played (a sample would then have to be cheaper still to be
+        taken or returned, and it takes a core from annealing); returns the cheapest."""
         nonlocal network_cost
         played = player.play()
         with lock:
             network_cost = offer(played, "network greedy")
         arrivals.append(played)
         for k in range(settings.samples):
-            if elapsed() >= settings.sample_fraction * budget_s:
+            if elapsed() >= settings.sample_fraction * budget_s or annealed[0] < network_cost:
                 break
             order = player.play(settings.temperature, seed * 1_000_003 + k)
             with lock:

@@ -157,6 +157,37 @@ def test_history_tells_annealing_from_the_networks_order_apart(graph, monkeypatc
     assert r.order == better and r.method == stage and [h[2] for h in r.history][-2:] == ["network greedy", stage]
 
 
+@pytest.mark.parametrize("cheaper", [True, False])
+def test_sampling_stops_once_annealing_beats_every_order_the_network_played(graph, monkeypatch, cheaper):
+    """Sampled orders take a core from annealing: once annealing reports an order
+    cheaper than every order the network played, the network stops sampling."""
+    from alphagrad import baselines
+
+    good = baselines.anneal(graph, iterations=20000, seed=1)
+    network_cost = ag.cost(graph, good)
+
+    def fake(g, late=None, progress=None, info=False, **kw):
+        while late() is None:  # until the network's greedy order arrives
+            time.sleep(0.001)
+        progress(network_cost - 1 if cheaper else network_cost + 1)
+        time.sleep(0.3)
+        return good, {"late": False}
+
+    class Counting(_Fixed):
+        plays = 0
+
+        def play(self, temperature=0.0, seed=0):
+            Counting.plays += 1
+            return super().play(temperature, seed)
+
+    monkeypatch.setattr(baselines, "anneal", fake)
+    find_order(graph, lambda *a, **k: Counting(good), 1.0, 0, InferenceSettings(samples=8, sample_fraction=1.0))
+    if cheaper:  # the greedy order, and at most one sample begun before the report
+        assert Counting.plays <= 2
+    else:
+        assert Counting.plays == 9
+
+
 def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
     with pytest.raises(RuntimeError, match="the player broke"):
         find_order(graph, lambda *a, **k: _Fixed(error=RuntimeError("the player broke")), 0.2, 0)
