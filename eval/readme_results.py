@@ -8,8 +8,9 @@ Replaces the text between ``<!-- results:start -->`` and ``<!-- results:end -->`
 file can hold the blocks of several reports) with a
 summary generated from ``REPORT_DIR/report.json`` (written by ``python -m eval``): the
 command that produced it, the geometric means per family and method, the published
-tasks beside the published figures, and the honesty checks. A file without the markers
-gets a ``## Results`` section with them appended at its end. Every number comes from
+tasks beside the published figures, and the honesty checks. A file without the main
+block's markers gets a ``## Results`` section with them appended at its end; a named
+block must already be marked (a misspelt name is an error, not a new section). Every number comes from
 report.json; running it again with the same report changes nothing.
 """
 
@@ -119,9 +120,16 @@ def _splice(text: str, block: str, open_mark: str, close_mark: str, where: str =
 
 
 def replace_block(text: str, block: str, heading: str = "## Results", name: str | None = None) -> str:
-    """``text`` with the marked block replaced by ``block`` (or, without markers, a section
-    with the markers appended)."""
+    """``text`` with the marked block replaced by ``block`` (or, without the main block's
+    markers, a section with them appended; a named block must be marked already)."""
     open_mark, close_mark = markers(name)
+    if name and open_mark not in text and close_mark not in text:
+        import re
+
+        have = sorted(set(re.findall(r"<!-- results:([\w-]+):start -->", text)))
+        raise ValueError(f"no block {name!r} here (named blocks: {', '.join(have) or 'none'}); put "
+                         f"{open_mark} and {close_mark} where its table belongs, or leave out --block "
+                         "for the main results block")
     if open_mark not in text and close_mark not in text:
         sep = "" if text.endswith("\n\n") or not text else ("\n" if text.endswith("\n") else "\n\n")
         return f"{text}{sep}{heading}\n\n{open_mark}\n{block.strip()}\n{close_mark}\n"

@@ -207,6 +207,10 @@ def test_readme_results_replaces_the_block_idempotently(full, tmp_path):
     assert RR.main([out, "--readme", str(readme), "--block", "large"]) == 0
     both = readme.read_text()
     assert both.startswith(text) and "old" not in both[len(text):] and rep["command"] in both[len(text):]
+    # a misspelt named block is an error that names the blocks there, and changes nothing
+    assert RR.main([out, "--readme", str(readme), "--block", "larg"]) == 2 and readme.read_text() == both
+    with pytest.raises(ValueError, match="no block 'larg' here \\(named blocks: large\\)"):
+        RR.replace_block(both, "x", name="larg")
 
 
 @pytest.mark.slow
