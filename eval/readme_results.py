@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from eval import targets
@@ -124,8 +125,6 @@ def replace_block(text: str, block: str, heading: str = "## Results", name: str 
     markers, a section with them appended; a named block must be marked already)."""
     open_mark, close_mark = markers(name)
     if name and open_mark not in text and close_mark not in text:
-        import re
-
         have = sorted(set(re.findall(r"<!-- results:([\w-]+):start -->", text)))
         raise ValueError(f"no block {name!r} here (named blocks: {', '.join(have) or 'none'}); put "
                          f"{open_mark} and {close_mark} where its table belongs, or leave out --block "
