@@ -1,0 +1,160 @@
+"""How much of the policy loss its targets leave to learn (not a test): ``python -m eval.label_noise``.
+
+A label's soft target at a state is every move that keeps the cost of *one* annealed
+completion of that state minimal (:mod:`data_gen.labels`). Another completion of the same
+state, annealed from another seed, can be as cheap and still want other moves: that part
+of the target is not a function of the state, and no network can learn it. This measures
+it: for ``--graphs`` labelled graphs of ``--data`` (``--min-intermediates`` or more), at
+``--positions`` of each graph's labelled positions spread over the game, the state the
+label's order reaches there is completed again by annealing (the labeller's own budget,
+read from the label set's manifest, and its screen; seed ``--seed``) and its target set
+derived again, and the two are compared:
+
+* **accuracy**: the share of the first target set that is in the second, i.e. the
+  trainer's ``accuracy`` (the policy's top move is a target) of a policy that knows the
+  first teacher exactly and picks uniformly among its targets;
+* **teacher-clone excess**: the trainer's ``excess`` (cross-entropy to the target less the
+  target's own entropy) of that policy, smoothed as ``(1 - eps) * uniform(first set) +
+  eps * uniform(legal moves)``, against the second target; the least over an ``eps``
+  grid is reported. A network's excess on such labels cannot be expected below it;
+
+both weighted as the loss weighs states (``0.5 + progress``) and by stretch of the game.
+Writes ``OUT/report.json`` and ``OUT/report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from eval.bench_schedule import write_report
+
+EPS = (0.01, 0.03, 0.1, 0.2, 0.3, 0.5)
+BANDS = ((0.0, 0.5), (0.5, 0.8), (0.8, 1.0))
+
+
+def second_targets(graph, label: dict, picks, config, seed: int) -> list[dict]:
+    """For each labelled position index in ``picks``: the state of ``label["order"]`` there,
+    completed again (``config``: the labeller's moves and screen), and both target sets."""
+    from alphagrad.evaluator import Evaluator, move_deltas
+    from data_gen.labels import complete
+
+    ev = Evaluator(graph, "exact")
+    order = np.asarray(label["order"], np.int64)
+    n = len(order)
+    out = []
+    for p in picks:
+        t = int(label["positions"][p])
+        if n - t < 2:  # one move left: nothing to disagree on
+            continue
+        moves = int(np.clip(config["moves_per_vertex"] * (n - t), config["min_moves"], config["max_moves"]))
+        again = complete(ev, order, t, moves, (seed + 7919 * t) % 2**32, config.get("screen", 8))
+        slack = int(config["regret_cap"] * ev.cost(again))
+        d, _ = ev.run(move_deltas, again, np.array([t], np.int64), config["horizon"], ev.compose, ev.join,
+                      ev.cost_table, slack)
+        d = d[0, :max(0, min(config["horizon"], n - t))]
+        second = set(again[t + np.flatnonzero(d == d.min())].tolist())
+        first = set(label["moves"][p])
+        out.append({"progress": t / n, "first": len(first), "second": len(second), "both": len(first & second),
+                    "legal": n - t, "cost_ratio": ev.cost(again) / max(label["cost"], 1)})
+    return out
+
+
+def clone_excess(states: list[dict], eps: float) -> np.ndarray:
+    """Per state: the excess of ``(1 - eps) * uniform(first) + eps * uniform(legal)``
+    against the uniform target on the second set."""
+    first, second, both, legal = (np.array([s[k] for s in states], float) for k in ("first", "second", "both", "legal"))
+    inside = (1 - eps) / first + eps / legal
+    outside = eps / legal
+    xent = -(both * np.log(inside) + (second - both) * np.log(outside)) / second
+    return xent - np.log(second)
+
+
+def summarise(states: list[dict]) -> list[dict]:
+    """One row per stretch of the game and one for all of it: states, weighted accuracy,
+    mean set sizes and legal moves, the least clone excess and its ``eps``."""
+    rows = []
+    for lo, hi in BANDS + ((0.0, 1.0),):
+        s = [x for x in states if lo <= x["progress"] < hi or (hi == 1.0 and x["progress"] == 1.0)]
+        if not s:
+            continue
+        w = 0.5 + np.array([x["progress"] for x in s])
+        acc = np.array([x["both"] / x["first"] for x in s])
+        excess = {eps: float((w * clone_excess(s, eps)).sum() / w.sum()) for eps in EPS}
+        eps = min(excess, key=excess.get)
+        rows.append({"stretch": "all" if (lo, hi) == (0.0, 1.0) else f"{lo:g}-{hi:g}", "states": len(s),
+                     "accuracy": float((w * acc).sum() / w.sum()),
+                     "first": float(np.mean([x["first"] for x in s])),
+                     "second": float(np.mean([x["second"] for x in s])),
+                     "legal": float(np.mean([x["legal"] for x in s])),
+                     "cost_ratio": float(np.mean([x["cost_ratio"] for x in s])),
+                     "excess": excess[eps], "eps": eps})
+    return rows
+
+
+def run(data: str, split: str, name: str, graphs: int, positions: int, min_intermediates: int, seed: int) -> dict:
+    from data_gen.dataset import row_to_graph
+    from data_gen.labels import load_labels
+    from eval.report import load_split
+
+    with open(os.path.join(data, name, "labels.json")) as f:
+        config = json.load(f)["config"]
+    _, ds = load_split(data, split)
+    labels = {r["graph_hash"]: r for r in load_labels(data, name)[split]}
+    states, used = [], []
+    for row in ds:
+        if len(used) >= graphs:
+            break
+        label = labels.get(row["graph_hash"])
+        if label is None or row["num_intermediates"] < min_intermediates:
+            continue
+        picks = sorted(set(np.linspace(0, len(label["positions"]) - 1, positions).round().astype(int).tolist()))
+        found = second_targets(row_to_graph(row), label, picks, config, seed)
+        states += found
+        used.append(row["name"])
+        print(f"{row['name']} ({row['num_intermediates']}): {len(found)} states", file=sys.stderr, flush=True)
+    return {"rows": summarise(states) if states else [], "graphs": used, "states": states}
+
+
+def markdown(report: dict) -> str:
+    lines = ["| stretch of the game | states | accuracy | first set | second set | legal moves | "
+             "second cost / first | teacher-clone excess (nat) | eps |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['stretch']} | {r['states']} | {r['accuracy']:.3f} | {r['first']:.1f} | {r['second']:.1f} | "
+              f"{r['legal']:.1f} | {r['cost_ratio']:.4f} | {r['excess']:.3f} | {r['eps']:g} |" for r in report["rows"]]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m eval.label_noise", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data/train")
+    p.add_argument("--split", default="validation", choices=("train", "validation"))
+    p.add_argument("--labels", default="labels", help="the label set under --data (default labels)")
+    p.add_argument("--graphs", type=int, default=64)
+    p.add_argument("--positions", type=int, default=6, help="labelled positions per graph (default 6)")
+    p.add_argument("--min-intermediates", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="eval/results/label_noise")
+    args = p.parse_args(argv)
+    if args.graphs < 1 or args.positions < 1:
+        p.error(f"--graphs {args.graphs} and --positions {args.positions} must be >= 1")
+    if not os.path.exists(os.path.join(args.data, args.labels, "labels.json")):
+        p.error(f"no label set {args.labels!r} in {args.data!r}: make it with "
+                f"`python -m data_gen label --data {args.data}`")
+    report = run(args.data, args.split, args.labels, args.graphs, args.positions, args.min_intermediates, args.seed)
+    if not report["rows"]:
+        p.error(f"no labelled graph of {args.min_intermediates} or more intermediates with a state to compare "
+                f"in {args.data}:{args.split}")
+    write_report(p, args, argv, report, markdown, "What the targets leave to learn",
+                 f"{len(report['graphs'])} graphs of `{args.data}` ({args.split}, label set `{args.labels}`), "
+                 f"{args.positions} labelled states each completed again by annealing (seed {args.seed}); "
+                 "accuracy and excess as the trainer measures them, of a policy that knows the first teacher")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
