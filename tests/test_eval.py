@@ -556,7 +556,7 @@ def test_exact_windows_reach_the_optimum_when_one_window_holds_the_graph():
         assert ev.cost(exact_windows(ev, start, 3)) <= ev.cost(start)
 
 
-def test_label_noise_compares_two_completions_of_the_same_states(data, tmp_path):
+def test_label_noise_compares_two_completions_of_the_same_states(data, model, tmp_path):
     """Every compared state is one the labels hold; a policy that knows the first teacher
     is scored as the trainer scores a policy (accuracy in [0, 1], excess >= 0), and a
     missing label set is a usage error naming the command that makes it."""
@@ -575,13 +575,16 @@ def test_label_noise_compares_two_completions_of_the_same_states(data, tmp_path)
     L.build_labels(labelled, L.LabelConfig(moves_per_vertex=10, min_moves=300, max_moves=2000, positions=8,
                                            horizon=16, chunk_size=4), progress=False)
     out = str(tmp_path / "out")
-    assert LN.main(["--data", labelled, "--split", "train", "--graphs", "3", "--positions", "4", "--out", out]) == 0
+    assert LN.main(["--data", labelled, "--split", "train", "--graphs", "3", "--positions", "4", "--models", model,
+                    "--max-intermediates", "32", "--out", out]) == 0
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert len(report["graphs"]) == 3 and report["states"]
     for s in report["states"]:
         assert 0 <= s["both"] <= min(s["first"], s["second"]) and max(s["first"], s["second"]) <= s["legal"]
     for row in report["rows"]:
         assert 0 <= row["accuracy"] <= 1 and row["excess"] >= 0 and row["eps"] in LN.EPS
+        assert len(row["network_first"]) == len(row["network_second"]) == 1
+        assert all(0 <= a <= 1 for a in row["network_first"] + row["network_second"])
     assert "| all |" in _read(os.path.join(out, "report.md"))
     # the same set twice: every target found; disjoint sets: none, and a dearer excess
     same = [{"progress": 0.5, "first": 3, "second": 3, "both": 3, "legal": 10, "cost_ratio": 1.0}]
