@@ -110,7 +110,7 @@ def summarise(states: list[dict]) -> list[dict]:
 
 
 def run(data: str, split: str, name: str, graphs: int, positions: int, min_intermediates: int, seed: int,
-        models=(), max_intermediates: int = 0) -> dict:
+        models=(), max_intermediates: int = 0, by_hash: bool = False) -> dict:
     import alphagrad
     from data_gen.dataset import row_to_graph
     from data_gen.labels import load_labels
@@ -122,6 +122,8 @@ def run(data: str, split: str, name: str, graphs: int, positions: int, min_inter
     labels = {r["graph_hash"]: r for r in load_labels(data, name)[split]}
     agents = [alphagrad.from_pretrained(m) for m in models]
     states, used = [], []
+    if by_hash:  # as the trainer's data.large_validation picks the training graphs it keeps out
+        ds = ds.select(np.argsort(ds["graph_hash"], kind="stable"))
     for row in ds:
         if len(used) >= graphs:
             break
@@ -160,6 +162,9 @@ def main(argv=None) -> int:
     p.add_argument("--positions", type=int, default=6, help="labelled positions per graph (default 6)")
     p.add_argument("--min-intermediates", type=int, default=0)
     p.add_argument("--max-intermediates", type=int, default=0, help="0: no limit")
+    p.add_argument("--by-hash", action="store_true",
+                   help="take the graphs in order of their hash, as the trainer's data.large_validation picks the "
+                        "training graphs it keeps out (the first ones of --min-intermediates 300 are those)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--models", default="", help="comma-separated models whose greedy move is scored too")
     p.add_argument("--out", default="eval/results/label_noise")
@@ -170,7 +175,7 @@ def main(argv=None) -> int:
         p.error(f"no label set {args.labels!r} in {args.data!r}: make it with "
                 f"`python -m data_gen label --data {args.data}`")
     report = run(args.data, args.split, args.labels, args.graphs, args.positions, args.min_intermediates, args.seed,
-                 [m for m in args.models.split(",") if m], args.max_intermediates)
+                 [m for m in args.models.split(",") if m], args.max_intermediates, args.by_hash)
     if not report["rows"]:
         p.error(f"no labelled graph of {args.min_intermediates} or more intermediates with a state to compare "
                 f"in {args.data}:{args.split}")

@@ -576,7 +576,7 @@ def test_label_noise_compares_two_completions_of_the_same_states(data, model, tm
                                            horizon=16, chunk_size=4), progress=False)
     out = str(tmp_path / "out")
     assert LN.main(["--data", labelled, "--split", "train", "--graphs", "3", "--positions", "4", "--models", model,
-                    "--max-intermediates", "32", "--out", out]) == 0
+                    "--max-intermediates", "32", "--by-hash", "--out", out]) == 0
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert len(report["graphs"]) == 3 and report["states"]
     for s in report["states"]:
