@@ -36,7 +36,7 @@ import numpy as np
 
 from eval.bench_schedule import write_report
 
-EPS = (0.01, 0.03, 0.1, 0.2, 0.3, 0.5)
+EPS = (0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 BANDS = ((0.0, 0.5), (0.5, 0.8), (0.8, 1.0))
 
 
