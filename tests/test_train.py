@@ -139,6 +139,15 @@ def test_smoke_main_and_dagger_configs_are_valid():
         config.validate(check_paths=False)
         assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
             os.path.join(ROOT, config.init_from, "model.safetensors")), name
+    # the capacity ablation: from scratch, the arms differ in width (and the control in steps) only
+    arms = {name: C.load(os.path.join(ROOT, "train", "configs", f"capacity-{name}.yaml"))
+            for name in ("64", "128", "64-long")}
+    for config in arms.values():
+        config.validate(check_paths=False)
+        assert config.init_from == ""
+    assert (arms["64"].network.dim, arms["128"].network.dim) == (64, 128)
+    assert dataclasses.replace(arms["128"], network=arms["64"].network) == arms["64"]
+    assert dataclasses.replace(arms["64-long"], steps=arms["64"].steps) == arms["64"]
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
