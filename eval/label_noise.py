@@ -64,10 +64,10 @@ def second_targets(graph, label: dict, picks, config, seed: int, agents=()) -> l
         d = d[0, :max(0, min(config["horizon"], n - t))]
         second = set(again[t + np.flatnonzero(d == d.min())].tolist())
         first = set(label["moves"][p])
-        moves_ = [player.play_from(order[:t], moves=1)[0] for player in players]
+        picked = [player.play_from(order[:t], moves=1)[0] for player in players]
         out.append({"progress": t / n, "first": len(first), "second": len(second), "both": len(first & second),
                     "legal": n - t, "cost_ratio": ev.cost(again) / max(label["cost"], 1),
-                    "network_first": [m in first for m in moves_], "network_second": [m in second for m in moves_]})
+                    "network_first": [m in first for m in picked], "network_second": [m in second for m in picked]})
     return out
 
 
@@ -87,7 +87,7 @@ def summarise(states: list[dict]) -> list[dict]:
     model's weighted accuracy against the first and the second target set."""
     rows = []
     for lo, hi in BANDS + ((0.0, 1.0),):
-        s = [x for x in states if lo <= x["progress"] < hi or (hi == 1.0 and x["progress"] == 1.0)]
+        s = [x for x in states if lo <= x["progress"] < hi]  # progress < 1: two moves or more are left
         if not s:
             continue
         w = 0.5 + np.array([x["progress"] for x in s])
@@ -95,9 +95,10 @@ def summarise(states: list[dict]) -> list[dict]:
         excess = {eps: float((w * clone_excess(s, eps)).sum() / w.sum()) for eps in EPS}
         eps = min(excess, key=excess.get)
 
-        def hits(key):
+        def hits(key):  # per model: the weighted share of states whose greedy move is in that set
             return [float((w * np.array([x[key][i] for x in s])).sum() / w.sum())
                     for i in range(len(s[0].get(key, [])))]
+
         rows.append({"stretch": "all" if (lo, hi) == (0.0, 1.0) else f"{lo:g}-{hi:g}", "states": len(s),
                      "accuracy": float((w * acc).sum() / w.sum()),
                      "first": float(np.mean([x["first"] for x in s])),
