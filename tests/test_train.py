@@ -478,6 +478,26 @@ def test_export_writes_a_loadable_model_with_its_training_record(full_run, tmp_p
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_export_step_writes_that_checkpoints_network_and_refuses_a_step_not_kept(full_run, tmp_path):
+    """``--step`` exports a kept checkpoint (the last one here: its parameters, not the best
+    model's unless they are the same step) and names the steps kept when given another."""
+    import alphagrad
+    from train import export
+
+    workdir, out = full_run
+    kept = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+    assert kept[-1] == out["step"]
+    export.export(workdir, str(tmp_path / "last"), step=kept[-1])
+    card = (tmp_path / "last" / "README.md").read_text()
+    assert "exported step (not the best by validation)" in card
+    last = alphagrad.from_pretrained(str(tmp_path / "last"))
+    for a, b in zip(jax.tree_util.tree_leaves(last.params), _params(out)):  # the run's final parameters
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(SystemExit):
+        export.main(["--workdir", workdir, "--out", str(tmp_path / "none"), "--step", str(kept[-1] + 1)])
+    assert not (tmp_path / "none").exists()
+
+
 def test_export_card_says_what_the_run_trained_on_from_its_own_record(full_run, tmp_path):
     """The card's data row comes from the run's data.json (label sets and what the trainer
     took from them), not from whatever data this machine holds now; a run without one

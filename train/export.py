@@ -1,7 +1,9 @@
 """``python -m train.export --workdir RUN --out DIR``: a run's best network as a model
 directory (config.json, model.safetensors, README.md), with a model card that records the
 training config, the data, the steps, the wall time and the validation curve, all read
-from the run directory. ``--out alphagrad/pretrained`` replaces the bundled model."""
+from the run directory. ``--out alphagrad/pretrained`` replaces the bundled model.
+``--step N`` exports the checkpoint of step N instead (one the run kept, e.g. its last):
+to set a checkpoint the validation did not choose against the one it chose."""
 
 from __future__ import annotations
 
@@ -71,23 +73,52 @@ def data_record(workdir: str, train_config: dict) -> str:
             f"states; left out: {record['left_out'] or 'none'}), validated on {record['validation_graphs']}")
 
 
-def export(workdir: str, out: str) -> list[str]:
-    """Writes the run's best model (``WORKDIR/best_model``) with a full card to ``out``."""
-    best = os.path.join(workdir, "best_model")
-    config, params = hub.load_files(best)
+def checkpoint_params(workdir: str, step: int):
+    """The network's parameters in the run's checkpoint of ``step``; a step the run did
+    not keep is an error naming those it kept."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from train import config as C
+    from train import loop
+
+    config = C.load(os.path.join(workdir, "config.json"))
+    manager = loop._manager(workdir, config)
+    kept = sorted(manager.all_steps())
+    if step not in kept:
+        raise ValueError(f"{workdir} keeps checkpoints of steps {kept}, not {step}: pass one of those to --step")
+    template = loop.initial_state(config, loop.init_params(config, jax.random.key(0)), loop.optimizer(config))
+    restored = manager.restore(step, args=ocp.args.Composite(
+        train_state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
+    return jax.tree_util.tree_map(np.asarray, restored["train_state"]["params"])
+
+
+def export(workdir: str, out: str, step: int | None = None) -> list[str]:
+    """Writes the run's best model (``WORKDIR/best_model``), or its checkpoint of ``step``,
+    with a full card to ``out``."""
+    config, params = hub.load_files(os.path.join(workdir, "best_model"))
+    if step is not None:
+        params = checkpoint_params(workdir, step)
     with open(os.path.join(workdir, "config.json")) as f:
         train_config = json.load(f)
     with open(os.path.join(workdir, "metrics.csv")) as f:
         rows = list(csv.DictReader(f))
     last = rows[-1]
-    best_row = min((r for r in rows if r.get("val_ratio")), key=lambda r: float(r["val_ratio"]))
+    scored = [r for r in rows if r.get("val_ratio")]
+    if step is None:
+        best_row = min(scored, key=lambda r: float(r["val_ratio"]))
+    else:
+        best_row = next((r for r in scored if int(r["step"]) == step), None)
+        if best_row is None:
+            raise ValueError(f"{workdir}/metrics.csv has no validation row at step {step}")
     training = {
         "data": data_record(workdir, train_config),
         "started from": train_config.get("init_from") or "random initialisation",
         "earlier runs (latest first)": lineage(train_config),
         "steps run": f"{last['step']} ({float(last['epoch']):.2f} epochs, {last['samples']} labelled states)",
         "wall time (h)": round(float(last["wall_s"]) / 3600, 2),
-        "best step (validation)": best_row["step"],
+        ("best step (validation)" if step is None else "exported step (not the best by validation)"): best_row["step"],
         "validation greedy cost / best baseline (geomean)": round(float(best_row["val_ratio"]), 4),
         "validation annealed label cost / best baseline (geomean)": round(float(best_row["val_label_ratio"]), 4),
         "validation policy loss above its floor (nat)": round(float(best_row["val_excess"]), 4),
@@ -108,8 +139,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m train.export", description=__doc__)
     p.add_argument("--workdir", required=True)
     p.add_argument("--out", required=True)
+    p.add_argument("--step", type=int, default=None, help="export this kept checkpoint instead of the best model")
     args = p.parse_args(argv)
-    written = export(args.workdir, args.out)
+    try:
+        written = export(args.workdir, args.out, args.step)
+    except ValueError as err:
+        p.error(str(err))
     print(f"wrote {', '.join(written)} to {args.out}")
     return 0
 
