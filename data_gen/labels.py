@@ -140,6 +140,11 @@ class LabelConfig:
                 and self.temperature > 0):
             raise ValueError(f"temperature = {self.temperature!r} must be a finite number > 0")
 
+    def moves(self, count: int) -> int:
+        """Annealing moves for ``count`` vertices to order: ``moves_per_vertex * count``
+        clipped to ``[min_moves, max_moves]``."""
+        return int(np.clip(self.moves_per_vertex * count, self.min_moves, self.max_moves))
+
     def identity(self, policy: bool = False) -> dict:
         """What the labels depend on (``policy``: of a policy's states, which screen and
         how many splits; one split, as before there was a choice, is left out)."""
@@ -210,7 +215,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     and positions from the split on are labelled on that completed order. ``played``:
     the policy's greedy order if already played (the parts of a graph share it)."""
     from alphagrad import baselines
-    from alphagrad.evaluator import Evaluator, move_deltas
+    from alphagrad.evaluator import Evaluator
 
     t0 = time.perf_counter()
     ev = player.ev if player is not None else Evaluator(graph, "exact")
@@ -221,13 +226,13 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
     seed = _seed(graph.fingerprint)
     split = 0
     if player is None:
-        moves = int(np.clip(config.moves_per_vertex * n, config.min_moves, config.max_moves))
+        moves = config.moves(n)
         order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
     else:
         played = np.asarray(player.play(0.0) if played is None else played, np.int64)
         split = split_position(n, seed, part, config.splits)
         rest = n - split
-        moves = int(np.clip(config.moves_per_vertex * rest, config.min_moves, config.max_moves))
+        moves = config.moves(rest)
         order = complete(ev, played, split, moves, (seed + 7919 * part) % 2**32, config.screen)
     count = config.positions if player is None else max(1, config.positions // config.splits)
     pos = split + positions(n - split, count)
@@ -235,19 +240,31 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
         pos = np.unique(np.concatenate([[split], pos[:count - 1]]))
     cost = int(ev.cost(order))
     slack = int(config.regret_cap * cost)
-    deltas, _ = ev.run(move_deltas, order, pos, config.horizon, ev.compose, ev.join, ev.cost_table, slack)
     to_go = _to_go(ev, order, pos)
     good, gains, regrets = [], [], []
-    for r, t in enumerate(pos):
-        d = deltas[r, :max(0, min(config.horizon, n - t))]
+    for d, targets in candidates(ev, order, pos, config.horizon, slack):
         best = d.min()
-        j = np.flatnonzero(d == best)
-        good.append(order[t + j].tolist())
-        gains.append([int(best)] * len(j))
+        good.append(targets.tolist())
+        gains.append([int(best)] * len(targets))
         regrets.append(np.minimum((d - best) / max(cost, 1), config.regret_cap).astype(np.float32).tolist())
     return {"graph_hash": graph.fingerprint, "order": order.tolist(), "cost": cost,
             "best_baseline": int(best_baseline), "positions": pos.tolist(), "moves": good, "deltas": gains,
             "regrets": regrets, "to_go": to_go.tolist(), "anneal_moves": moves, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def candidates(ev, order, pos, horizon: int, slack: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """At each position ``t`` of ``pos``: what moving each of the next ``horizon`` vertices
+    of ``order`` to ``t`` adds to its cost (:func:`alphagrad.evaluator.move_deltas`, scored
+    up to ``slack`` more), and the targets, the vertices whose move adds least."""
+    from alphagrad.evaluator import move_deltas
+
+    deltas, _ = ev.run(move_deltas, order, np.asarray(pos, np.int64), horizon, ev.compose, ev.join, ev.cost_table,
+                       slack)
+    out = []
+    for r, t in enumerate(pos):
+        d = deltas[r, :max(0, min(horizon, len(order) - t))]
+        out.append((d, order[t + np.flatnonzero(d == d.min())]))
+    return out
 
 
 def _to_go(ev, order, pos) -> np.ndarray:

@@ -28,6 +28,7 @@ Writes ``OUT/report.json`` and ``OUT/report.md``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -42,10 +43,11 @@ BANDS = ((0.0, 0.5), (0.5, 0.8), (0.8, 1.0))
 
 def second_targets(graph, label: dict, picks, config, seed: int, agents=()) -> list[dict]:
     """For each labelled position index in ``picks``: the state of ``label["order"]`` there,
-    completed again (``config``: the labeller's moves and screen), both target sets, and
-    whether each of ``agents``' greedy move there is in each."""
-    from alphagrad.evaluator import Evaluator, move_deltas
-    from data_gen.labels import complete
+    completed again (``config``: the labeller's :class:`data_gen.labels.LabelConfig`, its
+    moves and screen), both target sets, and whether each of ``agents``' greedy move there
+    is in each."""
+    from alphagrad.evaluator import Evaluator
+    from data_gen.labels import candidates, complete
 
     ev = Evaluator(graph, "exact")
     players = [agent.player(graph, max(label["best_baseline"], 1), ev) for agent in agents]
@@ -56,13 +58,9 @@ def second_targets(graph, label: dict, picks, config, seed: int, agents=()) -> l
         t = int(label["positions"][p])
         if n - t < 2:  # one move left: nothing to disagree on
             continue
-        moves = int(np.clip(config["moves_per_vertex"] * (n - t), config["min_moves"], config["max_moves"]))
-        again = complete(ev, order, t, moves, (seed + 7919 * t) % 2**32, config.get("screen", 8))
-        slack = int(config["regret_cap"] * ev.cost(again))
-        d, _ = ev.run(move_deltas, again, np.array([t], np.int64), config["horizon"], ev.compose, ev.join,
-                      ev.cost_table, slack)
-        d = d[0, :max(0, min(config["horizon"], n - t))]
-        second = set(again[t + np.flatnonzero(d == d.min())].tolist())
+        again = complete(ev, order, t, config.moves(n - t), (seed + 7919 * t) % 2**32, config.screen)
+        (_, targets), = candidates(ev, again, [t], config.horizon, int(config.regret_cap * ev.cost(again)))
+        second = set(targets.tolist())
         first = set(label["moves"][p])
         picked = [player.play_from(order[:t], moves=1)[0] for player in players]
         out.append({"progress": t / n, "first": len(first), "second": len(second), "both": len(first & second),
@@ -114,11 +112,12 @@ def run(data: str, split: str, name: str, graphs: int, positions: int, min_inter
         models=(), max_intermediates: int = 0, by_hash: bool = False) -> dict:
     import alphagrad
     from data_gen.dataset import row_to_graph
-    from data_gen.labels import load_labels
+    from data_gen.labels import LabelConfig, load_labels
     from eval.report import load_split
 
     with open(os.path.join(data, name, "labels.json")) as f:
-        config = json.load(f)["config"]
+        made = json.load(f)["config"]  # what the labels depend on; a setting it leaves out was the default
+    config = LabelConfig(**{f.name: made[f.name] for f in dataclasses.fields(LabelConfig) if f.name in made})
     _, ds = load_split(data, split)
     labels = {r["graph_hash"]: r for r in load_labels(data, name)[split]}
     agents = [alphagrad.from_pretrained(m) for m in models]

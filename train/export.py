@@ -73,13 +73,14 @@ def data_record(workdir: str, train_config: dict) -> str:
             f"states; left out: {record['left_out'] or 'none'}), validated on {record['validation_graphs']}")
 
 
-def checkpoint_params(workdir: str, step: int):
-    """The network's parameters in the run's checkpoint of ``step``; a step the run did
-    not keep is an error naming those it kept."""
+def checkpoint_model(workdir: str, step: int) -> tuple[dict, dict]:
+    """The model config and the network's parameters in the run's checkpoint of ``step``
+    (the config the trainer writes beside its best model); a step the run did not keep
+    is an error naming those it kept."""
     import jax
     import numpy as np
-    import orbax.checkpoint as ocp
 
+    from alphagrad.agent import model_config
     from train import config as C
     from train import loop
 
@@ -89,17 +90,18 @@ def checkpoint_params(workdir: str, step: int):
     if step not in kept:
         raise ValueError(f"{workdir} keeps checkpoints of steps {kept}, not {step}: pass one of those to --step")
     template = loop.initial_state(config, loop.init_params(config, jax.random.key(0)), loop.optimizer(config))
-    restored = manager.restore(step, args=ocp.args.Composite(
-        train_state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
-    return jax.tree_util.tree_map(np.asarray, restored["train_state"]["params"])
+    state, _ = loop.restore_at(manager, step, template)
+    return (model_config(config.network, config.max_vertices),
+            jax.tree_util.tree_map(np.asarray, state["params"]))
 
 
 def export(workdir: str, out: str, step: int | None = None) -> list[str]:
     """Writes the run's best model (``WORKDIR/best_model``), or its checkpoint of ``step``,
     with a full card to ``out``."""
-    config, params = hub.load_files(os.path.join(workdir, "best_model"))
-    if step is not None:
-        params = checkpoint_params(workdir, step)
+    if step is None:
+        config, params = hub.load_files(os.path.join(workdir, "best_model"))
+    else:
+        config, params = checkpoint_model(workdir, step)
     with open(os.path.join(workdir, "config.json")) as f:
         train_config = json.load(f)
     with open(os.path.join(workdir, "metrics.csv")) as f:

@@ -192,16 +192,21 @@ def _save(manager, step: int, state: dict, meta: dict, metrics: dict | None):
     ), metrics=metrics, force=True)
 
 
+def restore_at(manager, step: int, template: dict) -> tuple[dict, dict]:
+    """The checkpoint of ``step``: ``(train state shaped like template, meta)``."""
+    import orbax.checkpoint as ocp
+
+    out = manager.restore(step, args=ocp.args.Composite(
+        train_state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
+    return out["train_state"], dict(out["meta"])
+
+
 def _restore(manager, workdir: str, template: dict):
     """The newest checkpoint that restores; a corrupted one is moved aside with a warning
     and the previous one is used."""
-    import orbax.checkpoint as ocp
-
     for step in sorted(manager.all_steps(), reverse=True):
         try:
-            out = manager.restore(step, args=ocp.args.Composite(
-                train_state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
-            return step, out["train_state"], dict(out["meta"])
+            return (step, *restore_at(manager, step, template))
         except Exception as e:  # noqa: BLE001 - orbax raises many types for bad files
             bad = os.path.join(workdir, "corrupt_checkpoints", str(step))
             warnings.warn(f"checkpoint at step {step} cannot be restored ({type(e).__name__}: "
