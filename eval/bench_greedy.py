@@ -11,10 +11,17 @@ best baseline and over twice it: whether the network fits what it was taught. Gr
 some baseline eliminates for free (a few random programs) have no ratio and are left out.
 The per-graph table also gives forward, reverse and Markowitz over the same best
 baseline: which regime a graph is in (a sweep from one side, or local greedy choices).
+The median seconds of one greedy order per group (encoders included) are measured as the
+models play one after another on the same graphs.
 Each further model is also set against the first, graph by graph (:func:`paired`): the
 geometric mean of their cost ratios with a 90% bootstrap interval over the graphs, and how
 many graphs it plays cheaper and dearer; one or two graphs can move a group's mean by 5-60%
 between models, and the interval says when a difference is more than that.
+
+A model written ``a+b+c`` is an ensemble: its members' logits averaged at every move (each
+member's encoder once per graph, their decoders side by side as one wider decoder played by
+the same compiled rollout, :func:`ensemble_weights`), to tell what independently trained
+networks agree on from what one of them learned by chance.
 
 Writes ``OUT/report.json`` and ``OUT/report.md``; ``--readme README.md`` puts the summary
 between ``<!-- bench_greedy:start -->`` and ``<!-- bench_greedy:end -->``.
@@ -27,6 +34,7 @@ import json
 import os
 import platform
 import sys
+import time
 
 import numpy as np
 
@@ -48,16 +56,54 @@ def group_of(family: str, groups: dict):
     return found if found is not None else next((g for g, fams in groups.items() if fams is None), None)
 
 
-def measure(models: list, data: str, split: str, limit: int = 0) -> dict:
-    """``{group: [(name, intermediates, [ratio per model], {baseline: ratio})]}`` over the
-    split's graphs (``limit``: at most that many per group, the split's first)."""
+def ensemble_weights(weights: list) -> tuple:
+    """The decoder arrays (:func:`alphagrad.network.decoder_weights`: ``H1, Wd, W2, b2, w3,
+    b3``) whose logit is the mean of ``weights``' logits: the members' hidden units side by
+    side (``H1``, ``Wd`` and ``b2`` concatenated, ``W2`` block-diagonal), the output layer
+    over their number. The members must read the same inputs (``Wd``'s rows)."""
+    sizes = [w[2].shape[0] for w in weights]
+    W2 = np.zeros((sum(sizes), sum(sizes)))
+    for w, start in zip(weights, np.cumsum([0, *sizes[:-1]])):
+        W2[start:start + w[2].shape[0], start:start + w[2].shape[0]] = w[2]
+    cat = lambda k: np.ascontiguousarray(np.concatenate([w[k] for w in weights], axis=-1))
+    return cat(0), cat(1), W2, cat(3), cat(4) / len(weights), float(sum(w[5] for w in weights) / len(weights))
+
+
+def load_models(models: list) -> list:
+    """The agents of each model (one, or an ensemble's members for ``a+b+c``)."""
+    import alphagrad
+
+    out = []
+    for spec in models:
+        members = [alphagrad.from_pretrained(m) for m in spec.split("+")]
+        if len(members) > 1 and any(a.net.config.encodings != 1 for a in members):
+            raise ValueError(f"ensemble {spec!r}: its members must encode the graph once (network.encodings 1)")
+        inputs = {a.params["params"]["first"]["kernel"].shape[0] - a.net.config.dim for a in members}
+        if len(inputs) > 1:
+            raise ValueError(f"ensemble {spec!r}: its members read different inputs ({sorted(inputs)} decoder "
+                             "inputs); ensemble models trained by the same code")
+        out.append(members)
+    return out
+
+
+def greedy(members: list, graph, scale: float, ev) -> list:
+    """The greedy order of one model or of an ensemble's averaged logits on ``graph``."""
+    players = [a.player(graph, scale, ev) for a in members]
+    if len(players) > 1:
+        players[0].weights = ensemble_weights([p.weights for p in players])
+    return players[0].play(0.0)
+
+
+def measure(agents: list, data: str, split: str, limit: int = 0) -> dict:
+    """``{group: [(name, intermediates, [ratio per model], {baseline: ratio}, [seconds per
+    model])]}`` over the split's graphs for each model of ``agents`` (:func:`load_models`;
+    ``limit``: at most that many graphs per group, the split's first); the seconds are one
+    greedy order's, its players' encoders included."""
     import datasets as hf
 
-    import alphagrad
     from alphagrad.evaluator import Evaluator
     from data_gen.dataset import row_to_graph
 
-    agents = [alphagrad.from_pretrained(m) for m in models]
     kinds = GROUPS if split == "heldout" else TRAIN_GROUPS
     groups: dict = {g: [] for g in kinds}
     for row in hf.load_from_disk(data)[split]:
@@ -68,9 +114,14 @@ def measure(models: list, data: str, split: str, limit: int = 0) -> dict:
         graph = row_to_graph(row)
         ev = Evaluator(graph, "exact")
         scale = max(row["best_baseline"], 1)
-        ratios = [ev.cost(a.player(graph, scale, ev).play(0.0)) / scale for a in agents]
+        ratios, seconds = [], []
+        for a in agents:
+            t = time.perf_counter()
+            order = greedy(a, graph, scale, ev)
+            seconds.append(time.perf_counter() - t)
+            ratios.append(ev.cost(order) / scale)
         modes = {m: row[f"cost_{m}"] / scale for m in ("forward", "reverse", "markowitz")}
-        groups[group].append((row["name"], row["num_intermediates"], ratios, modes))
+        groups[group].append((row["name"], row["num_intermediates"], ratios, modes, seconds))
     return groups
 
 
@@ -111,6 +162,13 @@ def markdown(models: list, groups: dict) -> str:
               "|---|---|" + "---|" * len(models)]
     lines += [f"| {g} | {len(rows)} | " + " | ".join(over(rows, i) for i in range(len(models))) + " |"
               for g, rows in groups.items() if rows]
+    timed = {g: rows for g, rows in groups.items() if rows and len(rows[0]) > 4}
+    if timed:
+        lines += ["", "Seconds per greedy order (median over the group's graphs; the encoders included, the "
+                  "first graph of each size also compiles one):", "", head, "|---|---|" + "---|" * len(models)]
+        lines += [f"| {g} | {len(rows)} | " + " | ".join(f"{np.median([r[4][i] for r in rows]):.3f}"
+                                                          for i in range(len(models))) + " |"
+                  for g, rows in timed.items()]
     if len(models) > 1:
         lines += ["", f"Against `{models[0]}`, graph by graph: geometric mean of the cost ratios [90% bootstrap "
                   "interval over the graphs], graphs played cheaper / dearer:", "",
@@ -130,7 +188,7 @@ def markdown(models: list, groups: dict) -> str:
     for g, rows in groups.items():
         if g in LISTED:
             lines += [f"| {name} | {n} | " + " | ".join(f"{x:.3f}" for x in [*ratios, *modes.values()]) + " |"
-                      for name, n, ratios, modes in rows]
+                      for name, n, ratios, modes, *_ in rows]
     return "\n".join(lines)
 
 
@@ -138,7 +196,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.bench_greedy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="train/runs/main/best_model,alphagrad/pretrained",
-                   help="comma-separated model directories or hub ids, side by side")
+                   help="comma-separated model directories or hub ids, side by side; a+b+c: an ensemble")
     p.add_argument("--data", default="data/train")
     p.add_argument("--split", default="heldout",
                    help="heldout (default), or train/validation: the graphs the models learn from")
@@ -151,7 +209,11 @@ def main(argv=None) -> int:
         p.error("--models names no model")
     if args.limit < 0:
         p.error(f"--limit = {args.limit} must be >= 0 (0: every graph)")
-    groups = measure(models, args.data, args.split, args.limit)
+    try:
+        agents = load_models(models)
+    except ValueError as e:
+        p.error(str(e))
+    groups = measure(agents, args.data, args.split, args.limit)
     command = "python -m eval.bench_greedy " + " ".join(argv if argv is not None else sys.argv[1:])
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
     os.makedirs(args.out, exist_ok=True)

@@ -11,6 +11,7 @@ import os
 
 import datasets
 import jax
+import numpy as np
 import pytest
 
 import alphagrad
@@ -441,7 +442,8 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
     assert len(rows) == sum(1 for r in ds if r["num_intermediates"] > 0 and any(
         r["family"] in fams for fams in BG.GROUPS.values()))
     agent = alphagrad.from_pretrained(model)
-    for name, n, ratios, modes in rows:
+    for name, n, ratios, modes, seconds in rows:
+        assert len(seconds) == 2 and min(seconds) > 0
         row = next(r for r in ds if r["name"] == name)
         graph = D.row_to_graph(row)
         scale = max(row["best_baseline"], 1)
@@ -463,6 +465,34 @@ def test_bench_greedy_puts_models_side_by_side(data, model, tmp_path):
     assert "graphs the models were trained on" in text and "worse than the best baseline / over twice" in text
     with pytest.raises(SystemExit):
         BG.main(["--models", model, "--data", data, "--limit", "-1", "--out", out])
+
+
+def test_an_ensembles_decoder_averages_its_members_logits(data, model, tmp_path):
+    """``a+b``: one decoder whose logit is the mean of the members' (any widths); an
+    ensemble of one model with itself plays that model's orders."""
+    from alphagrad.policy import _gelu
+    from eval import bench_greedy as BG
+
+    rng = np.random.default_rng(0)
+    gelu = np.vectorize(_gelu)
+
+    def member(D, F=6, V=4):
+        return (rng.normal(size=(V, D)), rng.normal(size=(F, D)), rng.normal(size=(D, D)), rng.normal(size=D),
+                rng.normal(size=D), float(rng.normal()))
+
+    def logits(w, feats):
+        H1, Wd, W2, b2, w3, b3 = w
+        return b3 + gelu(b2 + gelu(H1 + feats @ Wd) @ W2) @ w3
+
+    members = [member(3), member(5), member(2)]
+    feats = rng.normal(size=6)
+    want = np.mean([logits(w, feats) for w in members], axis=0)
+    assert np.allclose(logits(BG.ensemble_weights(members), feats), want)
+    out = str(tmp_path / "ensemble")
+    assert BG.main(["--models", f"{model},{model}+{model}", "--data", data, "--out", out]) == 0
+    rows = [r for rows in json.loads(_read(os.path.join(out, "report.json")))["groups"].values() for r in rows]
+    assert rows and all(r[2][0] == pytest.approx(r[2][1]) for r in rows)
+    assert f"`{model}+{model}`" in _read(os.path.join(out, "report.md")).split("Seconds per greedy order")[1]
 
 
 def test_bench_greedy_sets_each_model_against_the_first_graph_by_graph():

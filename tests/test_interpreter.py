@@ -215,7 +215,10 @@ def test_counting_multiplications_does_not_allocate_values():
     assert executed_multiplications(_chain, "fwd", *big) == ag.cost(ag.trace(_chain, *big), "fwd") > 4096**4
 
 
-@pytest.mark.parametrize("order", ["markowitz", "random"])
+@pytest.mark.parametrize("order", [
+    pytest.param("markowitz", marks=pytest.mark.slow),  # the same chunked path as a random order's
+    "random",
+])
 def test_chunked_path_equals_single_jit(monkeypatch, order):
     """Large graphs run op by op (default) or as a sequence of jitted chunks
     (interpreter._Chunked): forced here on RoeFlux_1d with chunks of at most 40 products,

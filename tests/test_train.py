@@ -148,6 +148,10 @@ def test_smoke_main_and_dagger_configs_are_valid():
     assert (arms["64"].network.dim, arms["128"].network.dim) == (64, 128)
     assert dataclasses.replace(arms["128"], network=arms["64"].network) == arms["64"]
     assert dataclasses.replace(arms["64-long"], steps=arms["64"].steps) == arms["64"]
+    # the ensemble members: the 64-wide arm with other seeds
+    for seed in (41, 42):
+        member = C.load(os.path.join(ROOT, "train", "configs", f"member-seed{seed}.yaml"))
+        assert member.seed == seed and dataclasses.replace(member, seed=arms["64"].seed) == arms["64"]
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
