@@ -586,6 +586,32 @@ def test_exact_windows_reach_the_optimum_when_one_window_holds_the_graph():
         assert ev.cost(exact_windows(ev, start, 3)) <= ev.cost(start)
 
 
+def test_loss_profile_completes_each_prefix_of_the_greedy_order(data, model, tmp_path):
+    """Each graph's greedy order, and each kept prefix of it completed by annealing: never
+    dearer than the order itself, the whole order kept is the order; the share of the
+    excess made runs from 0 (nothing kept) to 1 (everything kept)."""
+    from eval import loss_profile as LP
+
+    out = str(tmp_path / "profile")
+    argv = ["--model", model, "--data", data, "--families", "random_heldout", "--above", "0",
+            "--fractions", "0,0.5,1", "--moves-per-vertex", "5", "--out", out]
+    assert LP.main(argv) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    ds = datasets.load_from_disk(data)["heldout"]
+    assert len(report["rows"]) == sum(r["family"] == "random_heldout" and r["num_intermediates"] > 0
+                                      and r["best_baseline"] > 0 for r in ds)
+    for r in report["rows"]:
+        assert all(c <= r["greedy"] * (1 + 1e-12) for c in r["completed"])
+        assert r["completed"][-1] == pytest.approx(r["greedy"])
+    s = report["summary"]
+    if s["graphs_with_excess"]:
+        assert s["excess_share"][0] == 0 and s["excess_share"][-1] == pytest.approx(1.0)
+    assert "share of the excess made" in _read(os.path.join(out, "report.md"))
+    for bad in (["--fractions", "0,2"], ["--fractions", "x"], ["--moves-per-vertex", "0"], ["--above", "1e9"]):
+        with pytest.raises(SystemExit):
+            LP.main(argv[:-2] + ["--out", str(tmp_path / "bad")] + bad)
+
+
 def test_label_noise_compares_two_completions_of_the_same_states(data, model, tmp_path):
     """Every compared state is one the labels hold; a policy that knows the first teacher
     is scored as the trainer scores a policy (accuracy in [0, 1], excess >= 0), and a
