@@ -38,13 +38,14 @@ def profile(agent, row: dict, fractions, moves_per_vertex: int, seed: int, above
     scale = max(row["best_baseline"], 1)
     order = np.asarray(agent.player(graph, scale, ev).play(0.0), np.int64)
     n = len(order)
-    if ev.cost(order) / scale <= above:
+    greedy = ev.cost(order) / scale
+    if greedy <= above:
         return None
     completed = []
     for f in fractions:
-        split = min(int(f * n), n)
+        split = int(f * n)  # f in [0, 1]
         completed.append(ev.cost(complete(ev, order, split, max(1, moves_per_vertex * (n - split)), seed)) / scale)
-    return {"name": row["name"], "family": row["family"], "intermediates": n, "greedy": ev.cost(order) / scale,
+    return {"name": row["name"], "family": row["family"], "intermediates": n, "greedy": greedy,
             "completed": completed}
 
 
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     try:
         fractions = [float(f) for f in args.fractions.split(",") if f]
     except ValueError:
-        p.error(f"--fractions {args.fractions!r}: comma-separated numbers in [0, 1], e.g. 0,0.5,0.9")
+        fractions = []
     if not fractions or not all(0 <= f <= 1 for f in fractions):
         p.error(f"--fractions {args.fractions!r}: comma-separated numbers in [0, 1], e.g. 0,0.5,0.9")
     if args.moves_per_vertex < 1:
