@@ -88,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
     lab.add_argument("--splits", type=int, default=None,
                      help="with --policy: label this many of the policy's states per graph, at depths spread "
                           f"over its game, one row each (default {LabelConfig.splits})")
+    lab.add_argument("--depth", type=float, nargs=2, default=None, metavar=("LO", "HI"),
+                     help="with --policy: draw the labelled states from these fractions of the policy's game "
+                          "(default 0 1: all of it; 0.6 0.95: the late game, where greedy orders lose)")
     lab.add_argument("--rollouts", type=int, default=None,
                      help="with --policy: store this many orders sampled from the policy per graph with their "
                           "advantage (a REINFORCE set, one row per order) instead of annealed completions")
@@ -166,13 +169,16 @@ def main(argv=None) -> int:
             p.error("--screen sets how a policy's states are completed; it needs --policy MODEL")
         if args.splits is not None and args.policy is None:
             p.error("--splits sets how many of a policy's states are labelled; it needs --policy MODEL")
+        if args.depth is not None and args.policy is None:
+            p.error("--depth sets where a policy's states are drawn from; it needs --policy MODEL")
         if args.rollouts is not None and args.policy is None:
             p.error("--rollouts samples a policy's orders; it needs --policy MODEL")
         if args.candidates is not None and args.policy is None:
             p.error("--candidates completes moves by a policy's own play; it needs --policy MODEL")
         if args.temperature is not None and args.rollouts is None and args.candidates is None:
             p.error("--temperature is the sampling temperature of --rollouts or --candidates; it needs one of them")
-        given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits), ("rollouts", args.rollouts),
+        given = {k: v for k, v in (("screen", args.screen), ("splits", args.splits), ("depth", args.depth),
+                                   ("rollouts", args.rollouts),
                                    ("candidates", args.candidates),
                                    ("temperature", args.temperature), ("positions", args.positions))
                  if v is not None}

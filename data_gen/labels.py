@@ -104,6 +104,10 @@ class LabelConfig:
         leaves the policy's mistakes at other depths unlabelled round after round (its
         depth is drawn from the graph's hash), and a free move that makes the rest cost
         hundreds of times more can lie at any depth.
+      depth: labels of a policy's states: the fractions ``(lo, hi)`` of its game the
+        splits are drawn from (:func:`split_position`); ``(0.6, 0.95)`` aims the labels at
+        the late game, where a greedy order's excess over annealing is made
+        (``python -m eval.loss_profile``).
       rollouts: labels of a policy: 0 (its states completed by annealing, above), or this
         many orders sampled from it per graph, stored with their advantage (the module
         docstring; ``positions`` states along each).
@@ -122,6 +126,7 @@ class LabelConfig:
     regret_cap: float = 3.0
     screen: int = 8
     splits: int = 1
+    depth: tuple[float, float] = (0.0, 1.0)
     rollouts: int = 0
     candidates: int = 0
     temperature: float = 0.25
@@ -132,8 +137,17 @@ class LabelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
                 raise ValueError(f"{name} = {value!r} must be >= {lowest} (an integer)")
+        depth = tuple(self.depth) if isinstance(self.depth, (tuple, list)) else ()
+        if not (len(depth) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in depth)
+                and 0 <= depth[0] < depth[1] <= 1):
+            raise ValueError(f"depth = {self.depth!r} must be two fractions of the game, 0 <= lo < hi <= 1, "
+                             f"like (0.6, 0.95)")
+        object.__setattr__(self, "depth", (float(depth[0]), float(depth[1])))
         if self.rollouts == 1:
             raise ValueError("rollouts = 1: an advantage needs at least 2 samples of a graph to compare")
+        if (self.rollouts or self.candidates) and self.depth != (0.0, 1.0):
+            raise ValueError("depth sets where annealed completions of a policy's states start; rollouts and "
+                             "candidates play whole games: give depth with neither")
         if self.rollouts and self.candidates:
             raise ValueError("rollouts and candidates are two kinds of label set; give one")
         if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
@@ -155,6 +169,10 @@ class LabelConfig:
             d.pop("screen")
         if not policy or self.splits == 1 or played:
             d.pop("splits")
+        if not policy or self.depth == (0.0, 1.0) or played:
+            d.pop("depth")  # the whole game, as before there was a choice
+        else:
+            d["depth"] = list(self.depth)
         for name in ("rollouts", "candidates"):
             if not getattr(self, name):
                 d.pop(name)
@@ -196,13 +214,15 @@ def _seed(graph_hash: str) -> int:
     return int(hashlib.sha256(graph_hash.encode()).hexdigest()[:8], 16)
 
 
-def split_position(n: int, seed: int, part: int = 0, parts: int = 1) -> int:
+def split_position(n: int, seed: int, part: int = 0, parts: int = 1, depth: tuple = (0.0, 1.0)) -> int:
     """Where a policy's game of ``n`` moves is split for the DAgger row ``part`` of
-    ``parts``: quantile ``(part + u) / parts`` of a distribution denser towards the
-    endgame, ``u`` drawn from ``seed`` (the graph's hash), so the parts cover the game's
-    depths in strata; at most ``n - 2`` (something is left to complete)."""
+    ``parts``: quantile ``(part + u) / parts`` of a distribution over the fractions
+    ``depth`` of the game denser towards their end, ``u`` drawn from ``seed`` (the
+    graph's hash), so the parts cover those depths in strata; at most ``n - 2``
+    (something is left to complete)."""
     u = (part + np.random.default_rng(seed).random()) / parts
-    return min(int(n * (1 - (1 - u) ** 2)), max(n - 2, 0))
+    lo, hi = depth
+    return min(int(n * (lo + (hi - lo) * (1 - (1 - u) ** 2))), max(n - 2, 0))
 
 
 def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, player=None, part: int = 0,
@@ -230,7 +250,7 @@ def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, pl
         order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
     else:
         played = np.asarray(player.play(0.0) if played is None else played, np.int64)
-        split = split_position(n, seed, part, config.splits)
+        split = split_position(n, seed, part, config.splits, config.depth)
         rest = n - split
         moves = config.moves(rest)
         order = complete(ev, played, split, moves, (seed + 7919 * part) % 2**32, config.screen)

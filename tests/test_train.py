@@ -152,6 +152,14 @@ def test_smoke_main_and_dagger_configs_are_valid():
     for seed in (41, 42):
         member = C.load(os.path.join(ROOT, "train", "configs", f"member-seed{seed}.yaml"))
         assert member.seed == seed and dataclasses.replace(member, seed=arms["64"].seed) == arms["64"]
+    # late-game DAgger: each arm and its control differ in the label sets only, from a kept network
+    for base in (40, 41):
+        arm, control = (C.load(os.path.join(ROOT, "train", "configs", f"late-dagger-{base}{s}.yaml"))
+                        for s in ("", "-control"))
+        arm.validate(check_paths=False)
+        assert os.path.isfile(os.path.join(ROOT, arm.init_from, "model.safetensors"))
+        assert arm.data.labels[0] == "labels" and len(arm.data.labels) == 2
+        assert dataclasses.replace(arm, data=dataclasses.replace(arm.data, labels=("labels",))) == control
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
@@ -844,12 +852,30 @@ def test_a_dagger_round_with_splits_labels_states_spread_over_the_policys_game(d
             assert x["cost"] == alphagrad.cost(g, x["order"]) and len(x["positions"]) <= LABELS.positions // 3
         assert one[i]["positions"][0] == L.split_position(n, seed)  # one split: the state it always was
     assert deeper >= limit // 2
+    late = dataclasses.replace(LABELS, splits=2, depth=(0.6, 0.95))  # the late game only
+    assert L.build_labels(copy, late, progress=False, policy=model, name="dagger-late", limit=limit)["train"] == \
+        2 * limit
+    assert json.load(open(os.path.join(copy, "dagger-late", "labels.json")))["config"]["depth"] == [0.6, 0.95]
+    assert "depth" not in json.load(open(os.path.join(copy, "dagger-3", "labels.json")))["config"]
+    for i, x in enumerate(L.load_labels(copy, "dagger-late")["train"]):
+        n, split = len(x["order"]), x["positions"][0]
+        assert split == L.split_position(n, L._seed(x["graph_hash"]), i % 2, 2, (0.6, 0.95))
+        assert int(0.6 * n) <= split <= max(int(0.95 * n), n - 2)
+        r = dd[i // 2]
+        assert x["order"][:split] == agent.player(row_to_graph(r), r["best_baseline"]).play(0.0)[:split]
     entries = TD.load_split(copy, "train", (64,), 64, labels=("labels", "dagger-3"))
     per_graph = collections.Counter(e["graph_hash"] for e in entries.rows if e["label_set"] == "dagger-3")
     assert per_graph and set(per_graph.values()) == {3}  # every row of a graph it keeps
     with pytest.raises(ValueError, match="splits"):
         L.LabelConfig(splits=0)
+    for depth in ((0.9, 0.6), (0.0, 1.5), (0.5,), "late"):
+        with pytest.raises(ValueError, match="two fractions of the game"):
+            L.LabelConfig(depth=depth)
+    with pytest.raises(ValueError, match="give depth with neither"):
+        L.LabelConfig(depth=(0.5, 1.0), rollouts=4)
     for args, message in ((["--splits", "2"], "needs --policy MODEL"),
+                          (["--depth", "0.6", "0.95"], "needs --policy MODEL"),
+                          (["--depth", "0.95", "0.6", "--policy", model], "0 <= lo < hi <= 1"),
                           (["--splits", "0", "--policy", model], "must be >= 1")):
         with pytest.raises(SystemExit):
             data_gen_main(["label", "--data", copy, "--no-progress", *args])
