@@ -160,6 +160,9 @@ def test_smoke_main_and_dagger_configs_are_valid():
         assert os.path.isfile(os.path.join(ROOT, arm.init_from, "model.safetensors"))
         assert arm.data.labels[0] == "labels" and len(arm.data.labels) == 2
         assert dataclasses.replace(arm, data=dataclasses.replace(arm.data, labels=("labels",))) == control
+        dose = C.load(os.path.join(ROOT, "train", "configs", f"late-dagger-{base}-x4.yaml"))
+        assert dose.data.repeats == (1, 4)
+        assert dataclasses.replace(dose, data=dataclasses.replace(dose.data, repeats=())) == arm
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):
