@@ -22,7 +22,8 @@ policy's own states instead (DAgger): the model plays each training graph greedi
 a split drawn from the graph's hash, the rest of the order is annealed with that prefix
 kept, and the positions from the split on are labelled the same way, in DIR/dagger-1/
 (train split only); ``--splits K`` labels K of the policy's states per graph, at depths
-spread over its game, one row each. The trainer reads several label sets
+spread over its game, one row each; ``--depth LO HI`` draws them from those fractions of
+its game only (e.g. ``0.6 0.95``: the late game). The trainer reads several label sets
 (``data.labels``).
 
 ``python -m data_gen label --data DIR --policy MODEL --rollouts N --name rollouts-1``
