@@ -488,6 +488,10 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
+    if (config.splits != 1 or config.depth != (0.0, 1.0)) and policy is None:
+        raise ValueError(f"splits = {config.splits} and depth = {config.depth} choose which of a policy's states "
+                         f"are labelled; give the model with policy=MODEL (--policy), or leave them at 1 and "
+                         f"(0.0, 1.0) for annealed labels")
     if (config.rollouts or config.candidates) and policy is None:
         raise ValueError("rollouts and candidates label a policy's own play; give the model with policy=MODEL "
                          "(--policy)")

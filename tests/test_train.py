@@ -876,6 +876,8 @@ def test_a_dagger_round_with_splits_labels_states_spread_over_the_policys_game(d
             L.LabelConfig(depth=depth)
     with pytest.raises(ValueError, match="give depth with neither"):
         L.LabelConfig(depth=(0.5, 1.0), rollouts=4)
+    with pytest.raises(ValueError, match="give the model with policy=MODEL"):
+        L.build_labels(copy, late, progress=False, name="late-without-policy")
     for args, message in ((["--splits", "2"], "needs --policy MODEL"),
                           (["--depth", "0.6", "0.95"], "needs --policy MODEL"),
                           (["--depth", "0.95", "0.6", "--policy", model], "0 <= lo < hi <= 1"),
