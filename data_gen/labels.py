@@ -81,6 +81,8 @@ LABEL_SCHEMA_VERSION = 2
 #: them teach as much as samples that differ 2-fold.
 ADVANTAGE_FLOOR = 0.02
 LABEL_SPLITS = ("train", "validation")
+#: ``LabelConfig.depth`` of the whole game: DAgger states drawn from every depth.
+WHOLE_GAME = (0.0, 1.0)
 _META_KEY = b"alphagrad.labels"
 
 
@@ -127,7 +129,7 @@ class LabelConfig:
     regret_cap: float = 3.0
     screen: int = 8
     splits: int = 1
-    depth: tuple[float, float] = (0.0, 1.0)
+    depth: tuple[float, float] = WHOLE_GAME
     rollouts: int = 0
     candidates: int = 0
     temperature: float = 0.25
@@ -146,7 +148,7 @@ class LabelConfig:
         object.__setattr__(self, "depth", (float(depth[0]), float(depth[1])))
         if self.rollouts == 1:
             raise ValueError("rollouts = 1: an advantage needs at least 2 samples of a graph to compare")
-        if (self.rollouts or self.candidates) and self.depth != (0.0, 1.0):
+        if (self.rollouts or self.candidates) and self.depth != WHOLE_GAME:
             raise ValueError("depth sets where annealed completions of a policy's states start; rollouts and "
                              "candidates play whole games: give depth with neither")
         if self.rollouts and self.candidates:
@@ -170,7 +172,7 @@ class LabelConfig:
             d.pop("screen")
         if not policy or self.splits == 1 or played:
             d.pop("splits")
-        if not policy or self.depth == (0.0, 1.0) or played:
+        if not policy or self.depth == WHOLE_GAME or played:
             d.pop("depth")  # the whole game, as before there was a choice
         else:
             d["depth"] = list(self.depth)
@@ -215,7 +217,7 @@ def _seed(graph_hash: str) -> int:
     return int(hashlib.sha256(graph_hash.encode()).hexdigest()[:8], 16)
 
 
-def split_position(n: int, seed: int, part: int = 0, parts: int = 1, depth: tuple = (0.0, 1.0)) -> int:
+def split_position(n: int, seed: int, part: int = 0, parts: int = 1, depth: tuple = WHOLE_GAME) -> int:
     """Where a policy's game of ``n`` moves is split for the DAgger row ``part`` of
     ``parts``: quantile ``(part + u) / parts`` of a distribution over the fractions
     ``depth`` of the game denser towards their end, ``u`` drawn from ``seed`` (the
@@ -488,10 +490,10 @@ def build_labels(data_dir: str, config: LabelConfig = LabelConfig(), num_proc: i
     except FileNotFoundError as e:
         raise FileNotFoundError(f"no dataset in {data_dir!r}: build one first with `python -m data_gen build "
                                 f"--out {data_dir} ...`") from e
-    if (config.splits != 1 or config.depth != (0.0, 1.0)) and policy is None:
+    if (config.splits != 1 or config.depth != WHOLE_GAME) and policy is None:
         raise ValueError(f"splits = {config.splits} and depth = {config.depth} choose which of a policy's states "
                          f"are labelled; give the model with policy=MODEL (--policy), or leave them at 1 and "
-                         f"(0.0, 1.0) for annealed labels")
+                         f"{WHOLE_GAME} for annealed labels")
     if (config.rollouts or config.candidates) and policy is None:
         raise ValueError("rollouts and candidates label a policy's own play; give the model with policy=MODEL "
                          "(--policy)")
