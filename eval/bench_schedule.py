@@ -3,7 +3,8 @@
 Runs :func:`alphagrad.inference.find_order` with the bundled network and with the
 one-parameter Markowitz prior (the control), each in the default schedule, with the
 opening stage (``InferenceSettings(opening=0.5)``) and without the late start
-(``late_start=False``: the player's orders only compete with annealing's), beside
+(``late_start=False``: the player's orders only compete with annealing's) and sampling
+at temperature 1 (the default until 0.2), beside
 annealing alone, on the large held-out graphs of ``--data`` at each budget, one after
 another on each graph (same seed; each schedule compiled by an untimed warm-up call
 first). Prints and writes cost / best baseline per
@@ -23,7 +24,8 @@ import numpy as np
 
 FAMILIES = ("large_random", "large_zoo_chained", "large_real")
 #: The schedules compared, by name: ``InferenceSettings`` keyword arguments.
-VARIANTS = {"default": {}, "opening 0.5": {"opening": 0.5}, "no late start": {"late_start": False}}
+VARIANTS = {"default": {}, "opening 0.5": {"opening": 0.5}, "no late start": {"late_start": False},
+            "temperature 1": {"temperature": 1.0}}
 
 
 def large_rows(data: str, split: str, per_family: int):

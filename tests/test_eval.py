@@ -524,6 +524,45 @@ def test_bench_greedy_sets_each_model_against_the_first_graph_by_graph():
     assert "Against" not in BG.markdown(["a"], {g: [(n, k, r[:1], m) for n, k, r, m in v] for g, v in groups.items()})
 
 
+def test_bench_sampling_keeps_the_cheapest_of_the_greedy_order_and_the_schedules_samples(data, model, tmp_path):
+    """Per graph and temperature, the cheapest of the greedy order and the first k orders
+    sampled with the schedule's seeds; bad flags are usage errors."""
+    from alphagrad.inference import sample_seed
+    from eval import bench_sampling as BSa
+
+    out = str(tmp_path / "sampling")
+    assert BSa.main(["--model", model, "--data", data, "--samples", "3", "--temperatures", "1,0.25",
+                     "--out", out]) == 0
+    report = json.loads(_read(os.path.join(out, "report.json")))
+    rows = [r for rows in report["groups"].values() for r in rows]
+    ds = datasets.load_from_disk(data)["heldout"]
+    assert len(rows) == sum(1 for r in ds if r["num_intermediates"] > 0 and r["best_baseline"] > 0 and any(
+        r["family"] in fams for fams in BSa.GROUPS.values()))
+    agent = alphagrad.from_pretrained(model)
+    for r in rows:
+        row = next(x for x in ds if x["name"] == r["name"])
+        graph, scale = D.row_to_graph(row), max(row["best_baseline"], 1)
+        player = agent.player(graph, scale)
+        assert r["greedy"] == pytest.approx(alphagrad.cost(graph, player.play()) / scale)
+        for t in ("1.0", "0.25"):
+            sampled = [alphagrad.cost(graph, player.play(float(t), sample_seed(0, k))) / scale for k in range(3)]
+            assert r["best"][t] == pytest.approx(np.minimum.accumulate([r["greedy"]] + sampled)[1:].tolist())
+            assert r["seconds"][t] > 0
+    md = _read(os.path.join(out, "report.md"))
+    assert "| 0.25 |" in md and "best of greedy + 2" in md and "best of greedy + 3" in md
+    assert BSa.counts(3) == [1, 2, 3] and BSa.counts(16) == [1, 2, 4, 8, 16] and BSa.counts(1) == [1]
+    readme = tmp_path / "README.md"  # a written report into README's block, measuring nothing
+    readme.write_text("a\n<!-- bench_sampling:x:start -->\nold\n<!-- bench_sampling:x:end -->\nb\n")
+    assert BSa.main(["--from-report", out, "--readme", str(readme), "--block", "x"]) == 0
+    text = readme.read_text()
+    assert "old" not in text and "| 0.25 |" in text and f"`{report['command']}`" in text and text.endswith("b\n")
+    with pytest.raises(SystemExit):
+        BSa.main(["--from-report", str(tmp_path / "nothing")])
+    for bad in (["--samples", "0"], ["--temperatures", "0,1"], ["--temperatures", "x"], ["--limit", "-1"]):
+        with pytest.raises(SystemExit):
+            BSa.main(["--model", model, "--data", data, "--out", out] + bad)
+
+
 def test_bench_schedule_ablates_the_opening_stage_and_the_late_start_beside_annealing(data, model, tmp_path):
     from eval import bench_schedule as BS
 
@@ -532,7 +571,7 @@ def test_bench_schedule_ablates_the_opening_stage_and_the_late_start_beside_anne
     report = json.loads(_read(os.path.join(out, "report.json")))
     assert report["rows"] and all(r["name"] for r in report["rows"])
     methods = ["anneal"] + [f"{player}, {variant}" for player in ("network", "markowitz-prior")
-                            for variant in ("default", "opening 0.5", "no late start")]
+                            for variant in ("default", "opening 0.5", "no late start", "temperature 1")]
     for r in report["rows"]:
         assert list(r["ratios"]) == [f"{m} @{b}s" for b in ("0.1", "0.2") for m in methods]
         assert all(0 < x <= 1 for x in r["ratios"].values())  # never worse than the best baseline
