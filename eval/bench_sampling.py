@@ -37,7 +37,7 @@ GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
 
 def counts(samples: int) -> list[int]:
     """The sample counts reported: 1, 2, 4, ... up to ``samples`` (always included)."""
-    return sorted({min(2**i, samples) for i in range(max(samples, 1).bit_length() + 1)} - {0})
+    return sorted({min(2**i, samples) for i in range(samples.bit_length() + 1)})
 
 
 def measure(model: str, data: str, split: str, temperatures, samples: int, seed: int, limit: int = 0) -> dict:
