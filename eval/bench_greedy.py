@@ -94,23 +94,33 @@ def greedy(members: list, graph, scale: float, ev) -> list:
     return players[0].play(0.0)
 
 
+def rows_by_group(data: str, split: str, groups: dict, limit: int = 0):
+    """``(group, row)`` for each row of ``data:split`` in one of ``groups`` (at most
+    ``limit`` per group, the split's first; 0: all), except graphs without intermediates
+    and those some baseline eliminates for free (no ratio to report)."""
+    import datasets as hf
+
+    taken: dict = {g: 0 for g in groups}
+    for row in hf.load_from_disk(data)[split]:
+        group = group_of(row["family"], groups)
+        if group is None or row["num_intermediates"] == 0 or row["best_baseline"] == 0 or (
+                limit and taken[group] >= limit):
+            continue
+        taken[group] += 1
+        yield group, row
+
+
 def measure(agents: list, data: str, split: str, limit: int = 0) -> dict:
     """``{group: [(name, intermediates, [ratio per model], {baseline: ratio}, [seconds per
     model])]}`` over the split's graphs for each model of ``agents`` (:func:`load_models`;
     ``limit``: at most that many graphs per group, the split's first); the seconds are one
     greedy order's, its players' encoders included."""
-    import datasets as hf
-
     from alphagrad.evaluator import Evaluator
     from data_gen.dataset import row_to_graph
 
     kinds = GROUPS if split == "heldout" else TRAIN_GROUPS
     groups: dict = {g: [] for g in kinds}
-    for row in hf.load_from_disk(data)[split]:
-        group = group_of(row["family"], kinds)
-        if group is None or row["num_intermediates"] == 0 or row["best_baseline"] == 0 or (
-                limit and len(groups[group]) >= limit):
-            continue  # (a graph some baseline eliminates for free has no ratio to report)
+    for group, row in rows_by_group(data, split, kinds, limit):
         graph = row_to_graph(row)
         ev = Evaluator(graph, "exact")
         scale = max(row["best_baseline"], 1)

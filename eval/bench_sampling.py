@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import sys
@@ -28,7 +27,8 @@ import time
 
 import numpy as np
 
-from eval.bench_greedy import group_of
+from eval.bench_greedy import rows_by_group
+from eval.report import geomean
 
 #: Groups of held-out families (:mod:`eval.bench_greedy`'s, the large graphs of any size).
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
@@ -44,8 +44,6 @@ def measure(model: str, data: str, split: str, temperatures, samples: int, seed:
     """``{group: [{"name", "intermediates", "greedy", "best": {T: [cheapest of the greedy
     order and the first k samples, k = 1..samples]}, "seconds": {T: median seconds per
     sample}}]}``, costs over the best baseline."""
-    import datasets as hf
-
     import alphagrad
     from alphagrad.evaluator import Evaluator
     from alphagrad.inference import sample_seed
@@ -53,11 +51,7 @@ def measure(model: str, data: str, split: str, temperatures, samples: int, seed:
 
     agent = alphagrad.from_pretrained(model)
     groups: dict = {g: [] for g in GROUPS}
-    for row in hf.load_from_disk(data)[split]:
-        group = group_of(row["family"], GROUPS)
-        if group is None or row["num_intermediates"] == 0 or row["best_baseline"] == 0 or (
-                limit and len(groups[group]) >= limit):
-            continue
+    for group, row in rows_by_group(data, split, GROUPS, limit):
         graph = row_to_graph(row)
         ev = Evaluator(graph, "exact")
         scale = max(row["best_baseline"], 1)
@@ -76,10 +70,6 @@ def measure(model: str, data: str, split: str, temperatures, samples: int, seed:
         groups[group].append({"name": row["name"], "intermediates": row["num_intermediates"], "greedy": greedy,
                               "best": best, "seconds": seconds})
     return {g: rows for g, rows in groups.items() if rows}
-
-
-def geomean(xs) -> float:
-    return float(math.exp(np.mean(np.log(xs))))
 
 
 def markdown(groups: dict, temperatures, samples: int) -> str:

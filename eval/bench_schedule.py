@@ -4,7 +4,7 @@ Runs :func:`alphagrad.inference.find_order` with the bundled network and with th
 one-parameter Markowitz prior (the control), each in the default schedule, with the
 opening stage (``InferenceSettings(opening=0.5)``) and without the late start
 (``late_start=False``: the player's orders only compete with annealing's) and sampling
-at temperature 1 (the default until 0.2), beside
+at temperature 1 (the default before 0.2), beside
 annealing alone, on the large held-out graphs of ``--data`` at each budget, one after
 another on each graph (same seed; each schedule compiled by an untimed warm-up call
 first). Prints and writes cost / best baseline per
