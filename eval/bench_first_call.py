@@ -25,11 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from eval.report import machine
 
 START, END = "<!-- bench_first_call:start -->", "<!-- bench_first_call:end -->"
 GRAPHS = ("readme", "RoeFlux_3d", "TransformerStack", "RoeFlux_3d_chain13")
@@ -113,12 +114,12 @@ def main(argv=None) -> int:
         return 0
     rows = measure([g for g in args.graphs.split(",") if g], args.budget)
     command = "python -m eval.bench_first_call " + " ".join(argv if argv is not None else sys.argv[1:])
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    host = machine()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump({"command": command, "machine": machine, "budget_s": args.budget, "rows": rows}, f, indent=1)
+        json.dump({"command": command, "machine": host, "budget_s": args.budget, "rows": rows}, f, indent=1)
     table = markdown(rows)
-    intro = (f"`{command.strip()}` ({machine}): `agent.order(f, *args, budget_s={args.budget:g})` in new "
+    intro = (f"`{command.strip()}` ({host}): `agent.order(f, *args, budget_s={args.budget:g})` in new "
              f"processes, two per graph sharing a JAX compilation cache and a rule-table cache directory")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(f"# A new user's first call\n\n{intro}\n\n{table}\n")

@@ -32,11 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
+
+from eval.report import machine
 
 START, END = "<!-- bench_greedy:start -->", "<!-- bench_greedy:end -->"
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
@@ -225,13 +226,13 @@ def main(argv=None) -> int:
         p.error(str(e))
     groups = measure(agents, args.data, args.split, args.limit)
     command = "python -m eval.bench_greedy " + " ".join(argv if argv is not None else sys.argv[1:])
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    host = machine()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
-        json.dump({"command": command, "machine": machine, "models": models, "groups": groups}, f, indent=1)
+        json.dump({"command": command, "machine": host, "models": models, "groups": groups}, f, indent=1)
     table = markdown(models, groups)
     which = "held-out graphs" if args.split == "heldout" else "graphs the models were trained on"
-    intro = (f"`{command}` ({machine}): greedy order / best baseline, geometric mean over the {which} "
+    intro = (f"`{command}` ({host}): greedy order / best baseline, geometric mean over the {which} "
              f"of `{args.data}` (split `{args.split}`), models side by side")
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(f"# Greedy orders of the network alone\n\n{intro}\n\n{table}\n")

@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from eval.report import machine
 
 START, END = "<!-- bench_policy:start -->", "<!-- bench_policy:end -->"
 GRAPHS = {"RoeFlux_3d": 1, "RoeFlux_3d x3": 3, "RoeFlux_3d x14": 14}
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
     p.add_argument("--train-steps", type=int, default=10)
     p.add_argument("--readme", default=None)
     args = p.parse_args(argv)
-    report = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+    report = {"machine": machine(),
               "command": "python -m eval.bench_policy " + " ".join(argv if argv is not None else sys.argv[1:])}
     report["new"] = new_network(args.repeats)
     report["old"] = old_network(args.old_rev, args.repeats) if args.old_rev else {}

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 
 from eval.bench_greedy import rows_by_group
-from eval.report import geomean
+from eval.report import geomean, machine
 
 #: Groups of held-out families (:mod:`eval.bench_greedy`'s, the large graphs of any size).
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
@@ -147,7 +146,7 @@ def run(p, args, argv) -> dict:
         p.error(f"no held-out graph of the families {sorted(f for fs in GROUPS.values() for f in fs)} "
                 f"in {args.data}:{args.split}")
     report = {"command": "python -m eval.bench_sampling " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+              "machine": machine(),
               "model": args.model, "data": args.data, "samples": args.samples, "temperatures": temperatures,
               "seed": args.seed, "groups": groups}
     os.makedirs(args.out, exist_ok=True)

@@ -17,10 +17,11 @@ import argparse
 import collections
 import json
 import os
-import platform
 import sys
 
 import numpy as np
+
+from eval.report import machine
 
 FAMILIES = ("large_random", "large_zoo_chained", "large_real")
 #: The schedules compared, by name: ``InferenceSettings`` keyword arguments.
@@ -119,7 +120,7 @@ def write_report(p, args, argv, report: dict, markdown, title: str, what: str) -
     if not report["rows"]:
         p.error(f"no graph of the families {FAMILIES} in {args.data}:{args.split}")
     report["command"] = f"{p.prog} " + " ".join(argv if argv is not None else sys.argv[1:])
-    report["machine"] = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    report["machine"] = machine()
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)

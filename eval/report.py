@@ -449,6 +449,12 @@ def _ratio(cost, ref):
     return cost / ref
 
 
+def machine() -> str:
+    """The machine line of the benchmarks' reports: the processor (or architecture) and
+    the core count, e.g. ``x86_64, 2 cores``."""
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
 def geomean(xs) -> float | None:
     xs = [x for x in xs if x is not None and 0 < x < math.inf]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
