@@ -694,91 +694,20 @@ class _Builder:
 
     # ------------------------------------------------------------------ finishing
     def finish(self, input_slots, out_slots, in_tree, out_tree) -> Graph:
-        succ: dict[int, set] = {}
-        for (a, b) in self.edges:
-            succ.setdefault(a, set()).add(b)
-        output_vertex: list[int] = []
-        copies: dict[int, int] = {}
-        taken: set = set()
-        for k, o in enumerate(out_slots):
-            aval = self.aval(o)
-            if not prim.is_float(aval.dtype):
-                raise TraceError(
-                    f"output {k} has dtype {aval.dtype}: Jacobians need float outputs "
-                    f"(as for jax.jacrev); return floats or drop that output"
-                )
-            v = None if isinstance(o, tuple) else self.vertex_of.get(o)
-            if v is None:  # a constant output: its Jacobian is zero
-                slot = o if not isinstance(o, tuple) else None
-                nv = self.new_vertex(slot, OUTPUT, "constant output")
-                output_vertex.append(nv)
-                continue
-            if self.vertex_kind[v] == INPUT or v in taken or succ.get(v):
-                nv = self.new_vertex(o, OUTPUT, f"copy of vertex for output {k}")
-                shape = tuple(aval.shape)
-                self.edges[(v, nv)] = [(st.diagonal(shape, value=False), None, None, None)]
-                copies[nv] = v
-                output_vertex.append(nv)
-            else:
-                self.vertex_kind[v] = OUTPUT
-                output_vertex.append(v)
-            taken.add(v)
-        outs = set(output_vertex)
-        if not any(b in outs for (_, b) in self.edges):
-            raise TraceError(
-                "no output of the function depends on any (float) input, so its Jacobian is "
-                "zero and there is nothing to eliminate; check that the function uses its "
-                "arguments"
-            )
-        # Keep vertices that reach an output (inputs and outputs always stay).
-        preds: dict[int, set] = {}
-        for (a, b) in self.edges:
-            preds.setdefault(b, set()).add(a)
-        alive = set(outs)
-        stack = list(outs)
-        while stack:
-            v = stack.pop()
-            for p in preds.get(v, ()):
-                if p not in alive:
-                    alive.add(p)
-                    stack.append(p)
-        kept = [
-            v for v in range(len(self.vertex_slot))
-            if self.vertex_kind[v] == INPUT or v in alive
-        ]
+        """The graph: output vertices marked, what reaches no output dropped, vertices
+        renumbered (inputs first), axes split where reshapes need it, edges joined."""
+        output_vertex, copies = self._mark_outputs(out_slots)
+        kept = self._alive(output_vertex)
         inputs = [v for v in kept if self.vertex_kind[v] == INPUT]
-        others = [v for v in kept if self.vertex_kind[v] != INPUT]
-        new_id = {v: k for k, v in enumerate(inputs + others)}
-        order = inputs + others
+        order = inputs + [v for v in kept if self.vertex_kind[v] != INPUT]
+        new_id = {v: k for k, v in enumerate(order)}
         shapes, dtypes = [], []
         for v in order:
             slot = self.vertex_slot[v]
-            if slot is None:  # constant output of a literal
-                o = out_slots[output_vertex.index(v)]
-                aval = self.aval(o)
-            else:
-                aval = self.avals[slot]
-            shapes.append(tuple(aval.shape))
+            aval = self.aval(out_slots[output_vertex.index(v)]) if slot is None else self.avals[slot]
+            shapes.append(tuple(aval.shape))  # slot None: a constant output of a literal
             dtypes.append(str(aval.dtype))
-        live = {k: items for k, items in self.edges.items() if k[0] in new_id and k[1] in new_id}
-        shape_of = dict(zip(order, shapes))
-        reshape = lambda step: step is not None and self.steps[step].equation.name == "reshape"
-        digits, relabelled = split_axes(live, shape_of, reshape)
-        if digits:
-            split = lambda a, b, s, step: (  # noqa: E731
-                st.relabel_digits(_digits(digits, b, s.out_shape), _digits(digits, a, s.in_shape))
-                if (a, b, step) in relabelled else refine_edge(digits, s, a, b))
-            live = {(a, b): [(split(a, b, s, step), step, arg, out) for s, step, arg, out in items]
-                    for (a, b), items in live.items()}
-        edges = []
-        edge_sources = {}
-        for (a, b), items in live.items():
-            s = items[0][0]
-            for other, *_ in items[1:]:
-                s = st.join(s, other)
-            edges.append(Edge(new_id[a], new_id[b], s))
-            edge_sources[(new_id[a], new_id[b])] = tuple((i[1], i[2], i[3]) for i in items if i[1] is not None)
-        edges.sort(key=lambda e: (e.dst, e.src))
+        edges, edge_sources, digits, relabelled = self._final_edges(new_id, dict(zip(order, shapes)))
         slot_vertex = {self.vertex_slot[v]: new_id[v] for v in kept if self.vertex_slot[v] is not None and v not in copies}
         program = Program(
             num_slots=len(self.avals),
@@ -811,6 +740,86 @@ class _Builder:
             branches=tuple(self.branches),
             program=program,
         )
+
+    def _mark_outputs(self, out_slots) -> tuple[list[int], dict[int, int]]:
+        """One output vertex per output (a copy where the value is an input, another
+        output or read further on); the copies map each copy to its original."""
+        succ: dict[int, set] = {}
+        for (a, b) in self.edges:
+            succ.setdefault(a, set()).add(b)
+        output_vertex: list[int] = []
+        copies: dict[int, int] = {}
+        taken: set = set()
+        for k, o in enumerate(out_slots):
+            aval = self.aval(o)
+            if not prim.is_float(aval.dtype):
+                raise TraceError(
+                    f"output {k} has dtype {aval.dtype}: Jacobians need float outputs "
+                    f"(as for jax.jacrev); return floats or drop that output"
+                )
+            v = None if isinstance(o, tuple) else self.vertex_of.get(o)
+            if v is None:  # a constant output: its Jacobian is zero
+                slot = o if not isinstance(o, tuple) else None
+                nv = self.new_vertex(slot, OUTPUT, "constant output")
+                output_vertex.append(nv)
+                continue
+            if self.vertex_kind[v] == INPUT or v in taken or succ.get(v):
+                nv = self.new_vertex(o, OUTPUT, f"copy of vertex for output {k}")
+                shape = tuple(aval.shape)
+                self.edges[(v, nv)] = [(st.diagonal(shape, value=False), None, None, None)]
+                copies[nv] = v
+                output_vertex.append(nv)
+            else:
+                self.vertex_kind[v] = OUTPUT
+                output_vertex.append(v)
+            taken.add(v)
+        return output_vertex, copies
+
+    def _alive(self, output_vertex) -> list[int]:
+        """The vertices kept: inputs, and those that reach an output."""
+        outs = set(output_vertex)
+        if not any(b in outs for (_, b) in self.edges):
+            raise TraceError(
+                "no output of the function depends on any (float) input, so its Jacobian is "
+                "zero and there is nothing to eliminate; check that the function uses its "
+                "arguments"
+            )
+        # Keep vertices that reach an output (inputs and outputs always stay).
+        preds: dict[int, set] = {}
+        for (a, b) in self.edges:
+            preds.setdefault(b, set()).add(a)
+        alive = set(outs)
+        stack = list(outs)
+        while stack:
+            v = stack.pop()
+            for p in preds.get(v, ()):
+                if p not in alive:
+                    alive.add(p)
+                    stack.append(p)
+        return [v for v in range(len(self.vertex_slot)) if self.vertex_kind[v] == INPUT or v in alive]
+
+    def _final_edges(self, new_id, shape_of):
+        """The kept edges in the new numbering (sorted by destination), their source
+        steps, and the axis digits reshapes split (see :func:`split_axes`)."""
+        live = {k: items for k, items in self.edges.items() if k[0] in new_id and k[1] in new_id}
+        reshape = lambda step: step is not None and self.steps[step].equation.name == "reshape"  # noqa: E731
+        digits, relabelled = split_axes(live, shape_of, reshape)
+        if digits:
+            split = lambda a, b, s, step: (  # noqa: E731
+                st.relabel_digits(_digits(digits, b, s.out_shape), _digits(digits, a, s.in_shape))
+                if (a, b, step) in relabelled else refine_edge(digits, s, a, b))
+            live = {(a, b): [(split(a, b, s, step), step, arg, out) for s, step, arg, out in items]
+                    for (a, b), items in live.items()}
+        edges = []
+        edge_sources = {}
+        for (a, b), items in live.items():
+            s = items[0][0]
+            for other, *_ in items[1:]:
+                s = st.join(s, other)
+            edges.append(Edge(new_id[a], new_id[b], s))
+            edge_sources[(new_id[a], new_id[b])] = tuple((i[1], i[2], i[3]) for i in items if i[1] is not None)
+        edges.sort(key=lambda e: (e.dst, e.src))
+        return edges, edge_sources, digits, relabelled
 
     def _cone(self, slots) -> tuple:
         """The steps (in program order) that compute ``slots`` from the inputs."""

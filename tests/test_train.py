@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -122,47 +123,46 @@ def test_cli_reports_config_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_smoke_main_and_dagger_configs_are_valid():
-    config = C.load(SMOKE)
-    config.validate(check_paths=False)
-    assert config.data.path == "data/smoke"
-    C.load(os.path.join(ROOT, "train", "configs", "main.yaml")).validate(check_paths=False)
-    dagger = C.load(os.path.join(ROOT, "train", "configs", "dagger.yaml"))
-    dagger.validate(check_paths=False)
-    assert dagger.data.labels == ("labels", "dagger-1")
-    assert os.path.isfile(os.path.join(ROOT, dagger.init_from, "model.safetensors"))  # kept in the repository
-    for name in ("stakes", "dagger2", "regret", "regret-dagger", "lookahead", "lookahead-main", "pressure",
-                 "pressure-dagger", "stepped", "modes", "modes-dagger", "modes-dagger2", "screened", "screened2", "touch",
-                 "touch-fresh", "reencode", "absolute", "absolute-enc", "absolute-dagger", "absolute-dagger2",
-                 "absolute-dagger2-lv", "absolute-dagger3", "absolute-dagger3-ema"):
-        config = C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
+def test_the_kept_configs_are_valid_diffs_over_base():
+    """smoke, main and shipped load over base.yaml; the shipped config's starting model is
+    not in the tree, so its header says which commit holds it (and git has it there)."""
+    configs = {name: C.load(os.path.join(ROOT, "train", "configs", f"{name}.yaml"))
+               for name in ("base", "smoke", "main", "shipped")}
+    for config in configs.values():
         config.validate(check_paths=False)
-        assert config.init_from == "alphagrad/pretrained" or os.path.isfile(
-            os.path.join(ROOT, config.init_from, "model.safetensors")), name
-    # the capacity ablation: from scratch, the arms differ in width (and the control in steps) only
-    arms = {name: C.load(os.path.join(ROOT, "train", "configs", f"capacity-{name}.yaml"))
-            for name in ("64", "128", "64-long")}
-    for config in arms.values():
-        config.validate(check_paths=False)
-        assert config.init_from == ""
-    assert (arms["64"].network.dim, arms["128"].network.dim) == (64, 128)
-    assert dataclasses.replace(arms["128"], network=arms["64"].network) == arms["64"]
-    assert dataclasses.replace(arms["64-long"], steps=arms["64"].steps) == arms["64"]
-    # the ensemble members: the 64-wide arm with other seeds
-    for seed in (41, 42):
-        member = C.load(os.path.join(ROOT, "train", "configs", f"member-seed{seed}.yaml"))
-        assert member.seed == seed and dataclasses.replace(member, seed=arms["64"].seed) == arms["64"]
-    # late-game DAgger: each arm and its control differ in the label sets only, from a kept network
-    for base in (40, 41):
-        arm, control = (C.load(os.path.join(ROOT, "train", "configs", f"late-dagger-{base}{s}.yaml"))
-                        for s in ("", "-control"))
-        arm.validate(check_paths=False)
-        assert os.path.isfile(os.path.join(ROOT, arm.init_from, "model.safetensors"))
-        assert arm.data.labels[0] == "labels" and len(arm.data.labels) == 2
-        assert dataclasses.replace(arm, data=dataclasses.replace(arm.data, labels=("labels",))) == control
-        dose = C.load(os.path.join(ROOT, "train", "configs", f"late-dagger-{base}-x4.yaml"))
-        assert dose.data.repeats == (1, 4)
-        assert dataclasses.replace(dose, data=dataclasses.replace(dose.data, repeats=())) == arm
+    assert configs["main"] == configs["base"]
+    assert configs["smoke"].data.path == "data/smoke" and configs["smoke"].steps == 6
+    assert configs["smoke"].data.max_validation_graphs == 8
+    shipped = configs["shipped"]
+    # nested keys merge: the data path and limits come from base, the label sets from shipped
+    assert shipped.data.path == "data/train" and shipped.data.max_vertices == 2048
+    assert shipped.data.labels[-1] == "improve-r3" and shipped.seed == 27
+    header = open(os.path.join(ROOT, "train", "configs", "shipped.yaml")).read()
+    commit = re.search(r"git restore --source=(\w+) --worktree -- (\S+)", header)
+    assert commit and commit.group(2) == shipped.init_from
+    has_commit = shutil.which("git") and subprocess.run(
+        ["git", "cat-file", "-e", commit.group(1)], cwd=ROOT, capture_output=True).returncode == 0
+    if has_commit:  # a shallow clone lacks the history; a full one must hold the model
+        probe = subprocess.run(["git", "cat-file", "-e", f"{commit.group(1)}:{shipped.init_from}/model.safetensors"],
+                               cwd=ROOT, capture_output=True)
+        assert probe.returncode == 0, f"commit {commit.group(1)} does not hold {shipped.init_from}"
+
+
+def test_base_keys_merge_and_bad_bases_are_clear_errors(tmp_path):
+    (tmp_path / "a.yaml").write_text("steps: 7\nnetwork: {dim: 32, heads: 4, layers: 2}\ndata: {path: x, max_vertices: 512}\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\nnetwork: {layers: 3}\ndata: {path: y}\n")
+    config = C.load(str(tmp_path / "b.yaml"))
+    assert (config.steps, config.network.dim, config.network.layers) == (7, 32, 3)
+    assert (config.data.path, config.data.max_vertices) == ("y", 512)
+    (tmp_path / "c.yaml").write_text("base: c.yaml\n")
+    with pytest.raises(C.ConfigError, match="its own base"):
+        C.load(str(tmp_path / "c.yaml"))
+    (tmp_path / "d.yaml").write_text("base: nope.yaml\n")
+    with pytest.raises(C.ConfigError, match="does not exist"):
+        C.load(str(tmp_path / "d.yaml"))
+    (tmp_path / "e.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(C.ConfigError, match="mapping"):
+        C.load(str(tmp_path / "e.yaml"))
 
 
 def test_fresh_inputs_start_the_inputs_a_model_lacks_from_the_random_initialisation(data, full_run, tmp_path):

@@ -286,15 +286,47 @@ def build_command(config_path: str, data_path: str) -> str | None:
     return None
 
 
-def load(path: str, overrides: dict | None = None) -> TrainConfig:
-    """Reads a YAML config; ``overrides`` ({"data.path": ..., ...}) replace single keys."""
+def _merge(base: dict, over: dict) -> dict:
+    """``over`` laid on ``base``: nested mappings merge key by key, anything else replaces."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_yaml(path: str, _seen: tuple = ()) -> dict:
+    """A config file's settings with its ``base:`` chain applied (a path relative to the
+    file naming the config it changes; the file's own keys win, nested ones key by key)."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path!r} does not exist (see train/configs/)")
+    real = os.path.realpath(path)
+    if real in _seen:
+        raise ConfigError(f"config {path!r} is its own base (a cycle of base: keys)")
     with open(path) as f:
         try:
             data = yaml.safe_load(f) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings, not {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise ConfigError(f"{path}: base must name a config file (a path relative to it), got {base!r}")
+    base_path = os.path.join(os.path.dirname(path), base)
+    if not os.path.isfile(base_path):
+        raise ConfigError(f"{path}: its base {base!r} does not exist (looked for {base_path})")
+    return _merge(read_yaml(base_path, _seen + (real,)), data)
+
+
+def load(path: str, overrides: dict | None = None) -> TrainConfig:
+    """Reads a YAML config (over its ``base:``); ``overrides`` ({"data.path": ..., ...})
+    replace single keys."""
+    data = read_yaml(path)
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")

@@ -19,6 +19,8 @@ that batch axis.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -346,9 +348,8 @@ def _normal_cdf_forward(d):
     return phi, dz_dd, de_dz
 
 
-def _black_scholes_greeks_sample(S, K, r, sigma, T):
-    """Gradient of the Black-76 call price, written out as a forward sweep of
-    local partials and a reverse sweep of adjoints (no jax.grad)."""
+def _black_scholes_forward_sweep(S, K, r, sigma, T) -> SimpleNamespace:
+    """The Black-76 call price's primal ops and their local partials, by name."""
     # ---- (a) forward sweep: primal ops and their local partials ----
     f = r * T
     g = jnp.exp(f)
@@ -386,8 +387,13 @@ def _black_scholes_greeks_sample(S, K, r, sigma, T):
     C = A - B
     dC_dB = _minus_one()
     _ = D * C  # the price V (unused)
+    return SimpleNamespace(**locals())
 
-    # ---- (b) reverse sweep ----
+
+def _black_scholes_reverse_sweep(fw: SimpleNamespace):
+    """The adjoints of the forward sweep's values, from the price back to the inputs."""
+    (C, D, dC_dB, phi2, K, de2_dz2, dz2_dd2, phi1, F, de1_dz1, dz1_dd1, T, nu, dnu_dr, dd2_dy2, w2, sigma, dw2_dT, dd1_dv, dd1_dy, w, dw_dT, s, dp_dsigma, dl_di, di_dF, di_dK, S, g, r) = (
+        fw.C, fw.D, fw.dC_dB, fw.phi2, fw.K, fw.de2_dz2, fw.dz2_dd2, fw.phi1, fw.F, fw.de1_dz1, fw.dz1_dd1, fw.T, fw.nu, fw.dnu_dr, fw.dd2_dy2, fw.w2, fw.sigma, fw.dw2_dT, fw.dd1_dv, fw.dd1_dy, fw.w, fw.dw_dT, fw.s, fw.dp_dsigma, fw.dl_di, fw.di_dF, fw.di_dK, fw.S, fw.g, fw.r)
     V_bar = 1.0
     # V = D * C
     D_bar = V_bar * C
@@ -458,6 +464,12 @@ def _black_scholes_greeks_sample(S, K, r, sigma, T):
     r_bar = r_bar + f_bar * T
     T_bar = T_bar + f_bar * r
     return S_bar, K_bar, r_bar, sigma_bar, T_bar
+
+
+def _black_scholes_greeks_sample(S, K, r, sigma, T):
+    """Gradient of the Black-76 call price, written out as a forward sweep of
+    local partials and a reverse sweep of adjoints (no jax.grad)."""
+    return _black_scholes_reverse_sweep(_black_scholes_forward_sweep(S, K, r, sigma, T))
 
 
 black_scholes_jacobian = jax.vmap(_black_scholes_greeks_sample)

@@ -951,12 +951,8 @@ def _ray_args(side: int) -> tuple:
 # ===========================================================================
 
 
-def _build() -> tuple[Example, ...]:
-    ex = []
-
-    def add(name, fn, args, family, description):
-        ex.append(Example(name, fn, tuple(args), family, description))
-
+def _science(add) -> None:
+    """The zoo's MINPACK-2, numerics, physics and chemistry, climate and ocean."""
     # --- MINPACK-2 ---
     for n in (4, 8):
         add(f"DrivenCavity_{n}", driven_cavity, (_normal(_rng(10 + n), (n, n), 0.01),), "minpack",
@@ -1039,6 +1035,9 @@ def _build() -> tuple[Example, ...]:
         "One-atmosphere density of seawater by the UNESCO EOS-80 polynomial "
         "(Millero & Poisson 1981) at 32 (salinity, temperature) points.")
 
+
+def _engineering(add) -> None:
+    """The zoo's robotics, control, neuroscience."""
     # --- robotics ---
     add("DHArm_3", dh_arm_3, _scalars(0.1, 0.2, 0.3), "robotics",
         "Forward kinematics (position and rotation) of the 3-joint elbow manipulator of "
@@ -1075,6 +1074,9 @@ def _build() -> tuple[Example, ...]:
             f"Four steps of {n} adaptive LIF neurons with a spike-driven threshold, as in the "
             "LSNN of Bellec et al. (NeurIPS 2018), smooth sigmoid spikes.")
 
+
+def _learning_finance_graphics(add) -> None:
+    """The zoo's machine learning, finance, graphics."""
     # --- machine learning ---
     for h in (8, 32):
         add(f"LSTM_h{h}", lstm, _rnn_args("lstm", h, 4, 3, 160 + h), "ml",
@@ -1122,6 +1124,16 @@ def _build() -> tuple[Example, ...]:
         add(f"RaySphere_{side}", ray_sphere_shading, _ray_args(side), "graphics",
             f"Ray casting and Lambertian shading of a sphere on a {side}x{side} image "
             "(ray-sphere intersection by the quadratic formula, misses masked).")
+
+
+def _build() -> tuple[Example, ...]:
+    ex = []
+
+    def add(name, fn, args, family, description):
+        ex.append(Example(name, fn, tuple(args), family, description))
+
+    for section in (_science, _engineering, _learning_finance_graphics):
+        section(add)
     return tuple(ex)
 
 
