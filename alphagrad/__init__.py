@@ -14,7 +14,7 @@ optax, mctx, huggingface_hub) is imported on first use of ``from_pretrained`` (o
 import importlib
 
 from alphagrad import baselines, examples
-from alphagrad.engine import cost
+from alphagrad.scoring import cost
 from alphagrad.graph import Graph
 from alphagrad.interpreter import jacobian
 from alphagrad.primitives import UnsupportedPrimitiveError
@@ -30,7 +30,7 @@ _LAZY = {
     "Agent": ("alphagrad.agent", "Agent"),
     "OrderResult": ("alphagrad.agent", "OrderResult"),
     "agent": ("alphagrad.agent", None),
-    "card": ("alphagrad.card", None),
+    "card": ("alphagrad.hub.card", None),
     "hub": ("alphagrad.hub", None),
     "network": ("alphagrad.network", None),
     "search": ("alphagrad.search", None),

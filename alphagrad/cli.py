@@ -3,7 +3,12 @@
     alphagrad demo [--example RoeFlux_3d] [--budget 5] [--chain 3]   # the README example, offline
     alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--json]
 
-Exit status: 0 done; 1 the Jacobian check of ``demo`` failed (a wrong Jacobian: please
+``order`` traces the function from the shapes in ``--args`` (no array is allocated), so a
+function whose ``lax.cond`` branch depends on argument values is refused. ``demo`` says on
+each graph it shows how the model's order compares with annealing's and whether the
+Jacobian computed in it equals ``jax.jacrev``'s.
+
+Exit status: 0 done; 1 a Jacobian check of ``demo`` failed (a wrong Jacobian: please
 report it); 2 a wrong argument, file, function or model (the one-line message on stderr
 says what to do). With ``--json``, stdout holds the JSON result and nothing else.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -59,10 +65,11 @@ _DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float
 
 
 def parse_args_spec(spec: str) -> list:
-    """``"f32[3,4] f32[]"`` -> example arrays of those dtypes and shapes (ones)."""
+    """``"f32[3,4] f32[]"`` -> ``jax.ShapeDtypeStruct``s of those dtypes and shapes: the
+    function is traced from shapes alone, so no array is allocated (any size traces)."""
     import re
 
-    import jax.numpy as jnp
+    import jax
 
     if not spec.split():
         raise UsageError('--args is empty: give one dtype[shape] per argument of the function, e.g. '
@@ -78,13 +85,10 @@ def parse_args_spec(spec: str) -> list:
         except ValueError:
             raise UsageError(f"cannot read the shape of {token!r} in --args: write the sizes separated by "
                              "commas, e.g. f32[3,4]") from None
-        if m.group(1) == "f64":
-            import jax
-
-            if not jax.config.jax_enable_x64:
-                raise UsageError(f"{token}: float64 needs 64-bit JAX; set JAX_ENABLE_X64=1 in the environment, "
-                                 "or use f32")
-        out.append(jnp.ones(shape, _DTYPES[m.group(1)]))
+        if m.group(1) == "f64" and not jax.config.jax_enable_x64:
+            raise UsageError(f"{token}: float64 needs 64-bit JAX; set JAX_ENABLE_X64=1 in the environment, "
+                             "or use f32")
+        out.append(jax.ShapeDtypeStruct(shape, _DTYPES[m.group(1)]))
     return out
 
 
@@ -174,6 +178,9 @@ def _trace(fn, name: str, example: list, spec: str):
 
     try:
         return alphagrad.trace(fn, *example)
+    except alphagrad.ConcreteValuesNeeded as e:
+        raise UsageError(f"cannot trace {name}: {str(e).rstrip('.')}. --args gives shapes, not values: from "
+                         f"Python, alphagrad.trace({name}, *arrays) takes the branch those arrays choose") from None
     except (alphagrad.TraceError, alphagrad.UnsupportedPrimitiveError) as e:
         raise UsageError(f"cannot trace {name}: {e}") from None
     except Exception as e:  # an error in the user's function on these shapes (JAX's shape checks)
@@ -184,13 +191,13 @@ def _trace(fn, name: str, example: list, spec: str):
 
 def _agent(model):
     import alphagrad
-    from alphagrad.hub import ModelLoadError
 
     t = time.perf_counter()
     try:
         agent = alphagrad.from_pretrained(model)
-    except ModelLoadError as e:
-        raise UsageError(f"cannot load the model {model!r}: {e}") from None
+    except ValueError as e:  # a ModelLoadError, or weights that do not match the config (hub.check_shapes)
+        first, *rest = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+        raise UsageError(f"cannot load the model {model!r}: {first} {'; '.join(rest)}".rstrip()) from None
     print(f"model: {model or 'bundled'} ({time.perf_counter() - t:.1f} s to load)", file=sys.stderr)
     return agent
 
@@ -256,48 +263,97 @@ def _print_table(rows):
         print(f"{name:<14}{c:>16,}{c / best if best else 1.0:>18.3f}{secs:>9.2f}")
 
 
-#: Tolerances of demo's Jacobian check, by dtype: |J - J_jacrev| <= atol * max(1, max|J_jacrev|)
-#: + rtol * |J_jacrev|, per output/input block (summation order differs between orders).
+#: Tolerances (rtol, atol) of demo's Jacobian check, by dtype: per output/input block,
+#: |J - J_jacrev| <= atol * max(1, the block's largest |entry|) + rtol * |J_jacrev|
+#: (summation order differs between elimination orders).
 JACOBIAN_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float32": (2e-4, 2e-5),
                       "float64": (1e-9, 1e-11)}
 
 
-def jacobian_error(jac, ref) -> tuple[float, bool]:
-    """(max abs difference, whether every block is within JACOBIAN_TOLERANCE) of two
-    Jacobians with the same pytree layout. NaN where jacrev has NaN counts as equal;
-    anywhere else it is a mismatch."""
+@dataclasses.dataclass(frozen=True)
+class JacobianCheck:
+    """A Jacobian compared with ``jax.jacrev``'s, entry by entry (see :func:`compare_jacobians`)."""
+
+    max_difference: float  # the largest |J - J_jacrev|; inf where one has a NaN or infinity the other lacks
+    scale: float  # the largest finite |entry| of J_jacrev
+    used: float  # the largest |J - J_jacrev| / tolerance over the entries: within tolerance iff <= 1
+    dtypes: tuple[str, ...]  # the dtypes of J_jacrev's blocks, whose tolerances applied
+    mismatch: str | None = None  # a different layout or block shape, where there is one
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch is None and self.used <= 1.0
+
+    def describe(self, label: str) -> str:
+        """One sentence: whether the Jacobian computed in ``label`` equals jax.jacrev's, by how much."""
+        if self.mismatch is not None:
+            return f"Jacobian in {label} DIFFERS from jax.jacrev's: {self.mismatch}"
+        if self.ok:
+            margin = f"{'under 1%' if self.used < 0.01 else f'{self.used:.0%}'} of the tolerance"
+        elif math.isfinite(self.used):
+            margin = f"{self.used:.3g}x the tolerance"
+        else:
+            margin = "a NaN or infinity where jacrev's entry differs, beyond the tolerance"
+        tolerance = "; ".join(f"{d}: rtol={JACOBIAN_TOLERANCE[d][0]:.0e}, atol={JACOBIAN_TOLERANCE[d][1]:.0e}"
+                              for d in self.dtypes)
+        return (f"Jacobian in {label} {'equals' if self.ok else 'DIFFERS from'} jax.jacrev's: max abs difference "
+                f"{self.max_difference:.2e} on entries up to {self.scale:.1e}, {margin} ({tolerance} x max(1, the "
+                f"largest |entry| of its output/input block))")
+
+
+def compare_jacobians(jac, ref) -> JacobianCheck:
+    """How ``jac`` compares with ``ref`` (jax.jacrev's, the same pytree layout) under
+    JACOBIAN_TOLERANCE. NaN where jacrev has NaN, and equal infinities, count as equal;
+    a NaN or infinity anywhere else is a mismatch."""
     import jax
     import numpy as np
 
     a_leaves, a_tree = jax.tree_util.tree_flatten(jac)
     b_leaves, b_tree = jax.tree_util.tree_flatten(ref)
     if a_tree != b_tree:
-        return math.inf, False
-    worst, ok = 0.0, True
+        return JacobianCheck(math.inf, math.nan, math.inf, (), f"its layout {a_tree} is not jacrev's {b_tree}")
+    worst = scale = used = 0.0
+    dtypes = []
     for a, b in zip(a_leaves, b_leaves):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape != b.shape:
-            return math.inf, False
-        rtol, atol = JACOBIAN_TOLERANCE.get(b.dtype.name, JACOBIAN_TOLERANCE["float32"])
+            return JacobianCheck(math.inf, math.nan, math.inf, (),
+                                 f"a block of shape {a.shape} where jacrev's has {b.shape}")
+        dtype = b.dtype.name if b.dtype.name in JACOBIAN_TOLERANCE else "float32"
+        dtypes += [dtype] if dtype not in dtypes else []
+        rtol, atol = JACOBIAN_TOLERANCE[dtype]
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        finite = np.isfinite(b64)
-        scale = max(1.0, float(np.max(np.abs(b64[finite]), initial=0.0)))
-        ok &= bool(np.allclose(a64, b64, rtol=rtol, atol=atol * scale, equal_nan=True))
-        diff = np.abs(a64 - b64)
-        diff = np.where(np.isnan(a64) & np.isnan(b64), 0.0, diff)
-        worst = max(worst, float(np.max(np.where(np.isnan(diff), np.inf, diff), initial=0.0)))
-    return worst, ok
+        block = float(np.max(np.abs(b64[np.isfinite(b64)]), initial=0.0))
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(all="ignore"):  # NaN (from a NaN, inf - inf or inf / inf) unless same: inf
+            diff = np.abs(a64 - b64)
+            ratio = diff / (atol * max(1.0, block) + rtol * np.abs(b64))
+        diff, ratio = (np.where(same, 0.0, np.where(np.isnan(x), np.inf, x)) for x in (diff, ratio))
+        worst = max(worst, float(np.max(diff, initial=0.0)))
+        used = max(used, float(np.max(ratio, initial=0.0)))
+        scale = max(scale, block)
+    return JacobianCheck(worst, scale, used, tuple(dtypes))
 
 
-def _agent_beside_annealing(graph, args) -> tuple[list, object]:
-    """The baselines, annealing and the bundled model's order at the same budget (unless
+def _compare(cost: int, other: int) -> str:
+    """'ties with', 'is 7% cheaper than' or 'is 4% dearer than' (``cost`` against ``other``)."""
+    if cost == other:
+        return "ties with"
+    word = "cheaper" if cost < other else "dearer"
+    if other == 0:
+        return f"is {word} than"
+    percent = abs(1 - cost / other) * 100
+    return f"is {percent:.{0 if percent >= 1 else 1 if percent >= 0.1 else 2}f}% {word} than"
+
+
+def _agent_beside_annealing(graph, agent, args) -> tuple[list, object]:
+    """The baselines, annealing and the agent's order at the same budget (unless
     ``--anneal`` says otherwise), printed side by side; returns the table's rows and the
-    model's ``OrderResult`` (None with ``--budget 0``)."""
+    agent's ``OrderResult`` (None without an agent: ``--budget 0``)."""
     anneal_s = args.budget if args.anneal is None else args.anneal
     rows = _baseline_table(graph, anneal_s, args.convention)
     result = None
-    if args.budget > 0:
-        agent = _agent(args.model)
+    if agent is not None:
         result = agent.order(graph, budget_s=args.budget, seed=args.seed, progress=False)
         rows.append((f"model {args.budget:g}s", result.cost, result.seconds, result.order))
     _print_table(rows)
@@ -307,13 +363,68 @@ def _agent_beside_annealing(graph, args) -> tuple[list, object]:
     return rows, result
 
 
-def demo(args) -> int:
-    """Traces a benchmark function, compares classic orders, annealing and the bundled
-    model's at the same budget (and on the function chained ``--chain`` times, a graph
-    of hundreds of intermediates), and checks the Jacobian computed in the model's order
-    against jax.jacrev (exit 1 if they differ beyond JACOBIAN_TOLERANCE)."""
+def _against_annealing(rows, result, args) -> str:
+    """In words: how the model's order (``result``; None: no model) compares with
+    annealing's and with the best classic order of ``rows`` (``_baseline_table``'s)."""
+    name, best, _, _ = min(rows[:3], key=lambda row: row[1])
+    classic = f"the best classic order ({name}, {best:,} multiplications)"
+    anneal_s = args.budget if args.anneal is None else args.anneal
+    annealed = rows[3][1] if anneal_s > 0 else None
+    if result is None:
+        if annealed is None:
+            return f"the cheapest order is {classic}; no model (--budget 0) and no annealing (--anneal 0) to compare"
+        return f"annealing's order ({annealed:,} multiplications) {_compare(annealed, best)} {classic}; no model to compare (--budget 0)"
+    beside = f"{_compare(result.cost, best)} {classic}"
+    if annealed is None:
+        return f"the model's order ({result.cost:,} multiplications) {beside}; no annealing to compare (--anneal 0)"
+    budgets = (f"both given {args.budget:g} s" if anneal_s == args.budget
+               else f"the model given {args.budget:g} s, annealing {anneal_s:g} s")
+    return (f"the model's order {_compare(result.cost, annealed)} annealing's ({result.cost:,} vs {annealed:,} "
+            f"multiplications; {budgets}) and {beside}")
+
+
+def _summary(graph) -> str:
+    """The graph's counts and primitives (``Graph.summary`` without its vertex listing)."""
+    return "\n".join(line for line in graph.summary(max_rows=0).splitlines() if not line.startswith("  ... "))
+
+
+def _demo_graph(title: str, fn, example_args, agent, args) -> bool:
+    """Traces ``fn``, prints the orders' table and, in words, how the model's order
+    compares with annealing's and whether the Jacobian computed in it equals jax.jacrev's;
+    returns whether it does. The check runs op by op (``jax.disable_jit``): it is of the
+    elimination's arithmetic, and compiling the chained graph's whole program would take
+    longer than the rest of the demo."""
     import jax
 
+    import alphagrad
+
+    graph = alphagrad.trace(fn, *example_args)
+    print(f"{_summary(graph)}\n")
+    rows, result = _agent_beside_annealing(graph, agent, args)
+    if result is not None:
+        checked, label = result, f"the model's order (found by {result.method})"
+    else:
+        name, _, _, checked = min(rows, key=lambda row: row[1])
+        label = f"the cheapest order above ({name})"
+    argnums = tuple(range(len(example_args)))
+    with jax.disable_jit():
+        jac = alphagrad.jacobian(fn, order=checked, argnums=argnums)(*example_args)
+    check = compare_jacobians(jac, jax.jacrev(fn, argnums=argnums)(*example_args))
+    print(f"\n{title}: {_against_annealing(rows, result, args)}.")
+    print(f"{title}: {check.describe(label)}.")
+    if not check.ok:
+        print(f"error: the Jacobian of {title} computed in {label} differs from jax.jacrev beyond the tolerance "
+              f"(max abs difference {check.max_difference:.2e}); this is a bug in alphagrad, please report it "
+              "with this output", file=sys.stderr)
+    return check.ok
+
+
+def demo(args) -> int:
+    """Traces a benchmark function, compares classic orders, annealing and the bundled
+    model's at the same budget, and checks the Jacobian computed in the model's order
+    against jax.jacrev; then the same on the function chained ``--chain`` times (a graph
+    of hundreds of intermediates). Exit status 1 if a Jacobian differs beyond
+    JACOBIAN_TOLERANCE."""
     import alphagrad
 
     names = [e.name for e in alphagrad.examples.all_examples()]
@@ -321,32 +432,13 @@ def demo(args) -> int:
         raise UsageError(f"no example named {args.example!r}; the examples are: {', '.join(names)}")
     ex = alphagrad.examples.get(args.example)
     print(f"{ex.name}: {ex.description}\n")
-    graph = alphagrad.trace(ex.fn, *ex.args)
-    print(graph.summary(max_rows=0), "\n")
-    rows, result = _agent_beside_annealing(graph, args)
-    if result is not None:
-        print()
-        print(result)
-        checked, label = result, f"the model's order ({result.method})"
-    else:
-        name, _, _, checked = min(rows, key=lambda row: row[1])
-        label = f"the cheapest order above ({name})"
+    agent = _agent(args.model) if args.budget > 0 else None
+    ok = _demo_graph(ex.name, ex.fn, ex.args, agent, args)
     if args.chain > 1:
-        big = alphagrad.trace(alphagrad.examples.chain(ex.fn, args.chain), *ex.args)
-        print(f"\n{ex.name} chained {args.chain} times (each copy's inputs moved by the last one's outputs): "
-              f"{len(big.intermediates)} intermediates\n")
-        _agent_beside_annealing(big, args)
-    argnums = tuple(range(len(ex.args)))
-    jac = alphagrad.jacobian(ex.fn, order=checked, argnums=argnums)(*ex.args)
-    ref = jax.jacrev(ex.fn, argnums=argnums)(*ex.args)
-    err, ok = jacobian_error(jac, ref)
-    print(f"\nJacobian of {ex.name} in {label} vs jax.jacrev: max abs difference {err:.2e}")
-    if not ok:
-        print(f"error: the Jacobian computed in {label} differs from jax.jacrev beyond the tolerance "
-              f"(max abs difference {err:.2e}); this is a bug in alphagrad, please report it with this output",
-              file=sys.stderr)
-        return 1
-    return 0
+        title = f"{ex.name} chained {args.chain} times"
+        print(f"\n{title} (each copy's inputs moved by the last one's outputs):\n")
+        ok &= _demo_graph(title, alphagrad.examples.chain(ex.fn, args.chain), ex.args, agent, args)
+    return 0 if ok else 1
 
 
 def _disk_caches() -> None:

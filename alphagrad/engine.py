@@ -1,4 +1,4 @@
-"""The elimination engine: vertex elimination on padded arrays, pure, jit- and vmap-able.
+"""The elimination game in JAX: vertex elimination on padded arrays, pure, jit- and vmap-able.
 
 Eliminating vertex ``j`` (Griewank & Walter, *Evaluating Derivatives*, 2nd ed., sec.
 9.2) composes, for every predecessor ``i`` and successor ``k``, ``dk/dj . dj/di`` and
@@ -8,17 +8,21 @@ is the sum of the multiplications of all those products. Structures are table id
 
     state, mults = eliminate(state, j)
 
-The game (search, training, the agent, the network's features) plays on this module. A
-compiled CPU evaluator of the same tables (:mod:`alphagrad.evaluator`) serves local
-search and exact scoring, where orders are scored one by one at microsecond rates.
+This is one of the game's two implementations, over the same rule tables. This one plays
+many games at once on an accelerator: the network-free control
+:func:`alphagrad.search.search_order` plays it, and it is meant for batched self-play.
+The product (the classic orders and annealing, the pretrained agent's player) plays the
+compiled CPU evaluator (:mod:`alphagrad.evaluator`), which scores orders one by one at
+microsecond rates; ``tests/test_engine.py`` holds the two equal.
 
 Costs. The engine counts multiplications in float32, under JAX's default 32-bit types:
 a step's count is exact while its products sum to less than 2**24 (every benchmark
 graph) and is otherwise the exact count rounded to float32 (relative error about 1e-7
 per addition); it never wraps, at any size, which an int32 count would past 2**31 (a
-1000x1000 matmul layer has steps of 2e9). That is what rewards, priors and features
-need. Exact integer costs come from :func:`cost` (the one door for scoring an order),
-which counts with the evaluator in int64 and with Python integers beyond.
+1000x1000 matmul layer has steps of 2e9). That is what rewards and priors need. Exact
+integer costs come from :func:`alphagrad.cost` (:mod:`alphagrad.scoring`, the one door
+for scoring an order), which counts with the evaluator in int64 and with Python integers
+beyond.
 """
 
 from __future__ import annotations
@@ -31,8 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alphagrad import rules as rl
-from alphagrad.baselines import check_graph, resolve_order
-from alphagrad.evaluator import Evaluator
+from alphagrad.checks import check_graph
 from alphagrad.graph import INTERMEDIATE, Graph
 
 #: Default padded vertex limit. Graphs are padded to a multiple of 32 up to it.
@@ -290,33 +293,3 @@ def eliminate_all(state: GameState, order: jax.Array) -> tuple[GameState, jax.Ar
     """Eliminates ``order`` (``[N]`` int32) in turn; returns the state and ``[N]`` costs."""
     return jax.lax.scan(eliminate, state, order)
 
-
-def cost(graph: Graph, order, convention: str = "exact") -> int:
-    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order``: the
-    one door for scoring an order (exact integers at any size).
-
-    Args:
-      graph: a traced graph (:func:`alphagrad.trace`).
-      order: every intermediate vertex id exactly once (a list, tuple or 1-D integer
-        array), ``"fwd"``, ``"rev"`` or ``"markowitz"``, or a result with ``.order`` (an
-        ``OrderResult``), as :func:`alphagrad.jacobian` accepts (see
-        :func:`alphagrad.baselines.resolve_order`).
-      convention: ``"exact"`` (what :func:`alphagrad.jacobian` executes; identity and
-        +-1 factors are free) or ``"published"`` (the published AlphaGrad cost model).
-
-    Returns:
-      A Python int, counted with the compiled evaluator in int64 (the same rule tables
-      as the engine) and with Python integers if a count reaches 2**62.
-
-    Raises:
-      TypeError: ``graph`` is not a Graph (e.g. the function itself), or ``order`` is
-        not a sequence of integers.
-      ValueError: unknown convention, or ``order`` is not a permutation of the
-        intermediates (or was computed for another graph).
-    """
-    check_graph(graph, "alphagrad.cost", "alphagrad.cost(alphagrad.trace(f, *args), order)")
-    rl.check_convention(convention)
-    order = resolve_order(graph, order, convention)
-    if not order:
-        return 0
-    return Evaluator(graph, convention).cost(order)

@@ -55,7 +55,7 @@ class Branch:
 def longest_paths(V: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(down, up)`` of the edges ``src -> dst`` over vertices numbered topologically: per
     vertex, the edges on the longest path from a vertex without predecessors, and to one
-    without successors. Plain numpy, so that :mod:`alphagrad.policy` compiles the same
+    without successors. Plain numpy, so that :mod:`alphagrad.features` compiles the same
     function for the graph left after some moves."""
     down = np.zeros(V, np.int64)
     up = np.zeros(V, np.int64)

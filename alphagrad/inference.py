@@ -6,10 +6,10 @@ small chain, see :func:`compile_kernels`, and the first call on a graph builds i
 tables, :func:`alphagrad.rules.tables`, kept for later calls):
 
 1. forward, reverse and Markowitz are scored (the result is never worse than them); a
-   graph of at most :data:`alphagrad.baselines.EXACT_LIMIT` intermediates gets the proven
-   optimum at once;
+   graph of at most :attr:`alphagrad.anneal.AnnealSettings.exact_limit` intermediates
+   gets the proven optimum at once;
 2. the network plays its greedy order and then sampled orders
-   (:class:`alphagrad.policy.Player`: one encoder pass, then compiled rollouts; sampling
+   (:class:`alphagrad.player.Player`: one encoder pass, then compiled rollouts; sampling
    for at most ``sample_fraction`` of the budget, and only until annealing has found an
    order cheaper than every order the network played) on a thread of its own, beside step 4:
    the rollout runs on one core, and played first it would leave every other core idle
@@ -20,29 +20,34 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
    measures it no better at 5 s and worse at 1 s, where annealing needs the time (with it
    on, the network plays first);
 4. the three baselines are each descended and annealed whole
-   (:func:`alphagrad.baselines.anneal`) for the rest of the budget, as annealing alone
+   (:func:`alphagrad.anneal.anneal`) for the rest of the budget, as annealing alone
    does. The network's order is not a start: on large graphs the starts lie in basins
    of very different depth, and a network's order that is cheaper than the baselines'
    but in a shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it
    took forward's, the only start that reaches the deep basin: 0.973 x the best
    baseline instead of annealing's 0.36). It is a late start instead
    (``late_start``): when it arrives clearly cheaper than every chain's best order so
-   far (:data:`alphagrad.baselines.LATE_MARGIN`), the chain whose best is dearest
-   anneals on from it (annealing is then behind the network, as at 1 s on graphs of
-   about 2,000 intermediates).
+   far (:attr:`alphagrad.anneal.AnnealSettings.late_margin`), the chain whose best is
+   dearest anneals on from it (annealing is then behind the network, as at 1 s on
+   graphs of about 2,000 intermediates).
 
-``OrderResult.history`` records each improvement with the stage that found it.
+:class:`Schedule` runs the steps on one graph; ``OrderResult.history`` records each
+improvement with the stage that found it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import sys
 import threading
 import time
+import warnings
 
-from alphagrad import baselines, rules
+from alphagrad import orders, rules
+from alphagrad.anneal import AnnealSettings, anneal
+from alphagrad.checks import check_budget, check_seed
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
 
@@ -64,9 +69,9 @@ class InferenceSettings:
       opening_share: the share of the annealing time spent after the opening.
       anneal: anneal for the rest of the budget.
       late_start: hand the network's orders to annealing as they arrive (a late start,
-        ``baselines.anneal(late=...)``: the chain whose best order is dearest takes one
-        that costs less than :data:`alphagrad.baselines.LATE_MARGIN` of every chain's
-        best); otherwise they only compete with annealing's result.
+        ``alphagrad.anneal.anneal(late=...)``: the chain whose best order is dearest takes
+        one that costs less than :attr:`alphagrad.anneal.AnnealSettings.late_margin` of
+        every chain's best); otherwise they only compete with annealing's result.
     """
 
     samples: int = 32
@@ -78,8 +83,6 @@ class InferenceSettings:
     late_start: bool = True
 
     def __post_init__(self):
-        import math
-
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
             raise ValueError(f"samples = {self.samples!r} must be an integer >= 0")
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \
@@ -149,8 +152,8 @@ _COMPILED: set = set()
 
 
 def _chain() -> Graph:
-    """A chain of 12 scalar intermediates: more than ``baselines.EXACT_LIMIT``, so that
-    annealing runs its kernel rather than the exact search."""
+    """A chain of 12 scalar intermediates: more than ``AnnealSettings.exact_limit``, so
+    that annealing runs its kernel rather than the exact search."""
     import jax.numpy as jnp
 
     from alphagrad.trace import trace
@@ -167,7 +170,7 @@ def compile_kernels(make_player=None, note: bool = False) -> float:
     """Runs each compiled kernel of the schedule once on a small chain (with
     ``make_player``, also the network's features and rollout, played with zero embeddings
     by ``make_player(graph, scale, ev, encode=False)``: the encoder compiles per graph
-    size, in :class:`alphagrad.policy.Player`): numba compiles them the first time on a
+    size, in :class:`alphagrad.player.Player`): numba compiles them the first time on a
     machine (seconds; then it loads them from its disk cache), so that a budget measures
     search, not compilation. Once per process (``note``: say so on stderr); returns the
     seconds spent (0 when already done)."""
@@ -202,160 +205,208 @@ def sample_seed(seed: int, k: int) -> int:
     return seed * 1_000_003 + k
 
 
-def baseline_orders(graph: Graph, ev: Evaluator) -> dict:
-    """The forward, reverse and Markowitz orders, by name."""
-    return {"forward": baselines.forward(graph), "reverse": baselines.reverse(graph),
-            "markowitz": ev.markowitz()}
+class Schedule:
+    """One run of the schedule on one graph (the steps of the module docstring): the best
+    order so far and its history, the network's thread and the orders it hands to
+    annealing, and the progress bar. The network's thread offers orders while annealing
+    runs, so :meth:`offer` takes a lock. Build it, then :meth:`run` it once.
 
+    Args: as :func:`find_order`'s, ``budget_s`` checked.
+    """
 
-def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
-               settings: InferenceSettings = InferenceSettings(), progress: bool = False) -> OrderResult:
-    """Runs the schedule on ``graph``. ``make_player(graph, scale, ev, encode=True)`` returns
-    a :class:`alphagrad.policy.Player` (or None: no network, the baselines and annealing
-    only; ``encode=False`` is the warm-up of :func:`compile_kernels`). Ctrl-C returns the
-    best complete order so far, with a warning."""
-    import warnings
+    def __init__(self, graph: Graph, make_player, budget_s: float, seed: int, settings: InferenceSettings,
+                 progress: bool):
+        self.t0 = time.perf_counter()
+        self.graph, self.make_player, self.budget_s, self.seed = graph, make_player, budget_s, seed
+        self.settings, self.progress = settings, progress
+        self.small = len(graph.intermediates) <= AnnealSettings().exact_limit  # solved exactly at once
+        self.compile_s = compile_kernels(None if self.small else make_player, note=progress)
+        t_tables = time.perf_counter()
+        rules.tables(graph)  # once per graph (up to 1.3 s on the zoo's; cached for later calls)
+        self.compile_s += time.perf_counter() - t_tables
+        self.ev = Evaluator(graph, "exact")
+        self.best: tuple | None = None  # (cost, order, stage)
+        self.history: list = []
+        self.lock = threading.Lock()
+        self.network_cost: int | None = None  # the cheapest order the network played
+        self.annealed = math.inf  # the cheapest cost annealing has reported
+        self.arrivals: list = []  # the network's cheapest orders so far, for annealing's late start
+        self.failed: list = []  # an error on the network's thread, raised in the caller's
+        self.thread: threading.Thread | None = None
+        self.starts = orders.classic(graph, "exact", self.ev)
+        self.costs: dict = {}
+        self.bar = None
 
-    from tqdm.auto import tqdm
+    def elapsed(self) -> float:
+        """Seconds of the budget spent (one-time work left out)."""
+        return time.perf_counter() - self.t0 - self.compile_s
 
-    t0 = time.perf_counter()
-    n = len(graph.intermediates)
-    small = n <= baselines.EXACT_LIMIT  # solved exactly at once: no network
-    compile_s = compile_kernels(None if small else make_player, note=progress)
-    t_tables = time.perf_counter()
-    rules.tables(graph)  # once per graph (up to 1.3 s on the zoo's; cached for later calls)
-    compile_s += time.perf_counter() - t_tables
-    ev = Evaluator(graph, "exact")
-    history: list = []
-    best: list = [None, None, None]  # cost, order, stage
+    def left(self) -> float:
+        """Seconds of the budget left."""
+        return self.budget_s - self.elapsed()
 
-    def elapsed():
-        return time.perf_counter() - t0 - compile_s
-
-    def offer(order, stage, cost=None):
-        cost = ev.cost(order) if cost is None else cost
-        if best[0] is None or cost < best[0]:
-            best[:] = [int(cost), [int(v) for v in order], stage]
-            history.append((round(elapsed(), 3), int(cost), stage))
+    def offer(self, order, stage: str, cost: int | None = None) -> int:
+        """Scores ``order`` (unless its ``cost`` is given) and keeps it if it is the
+        cheapest so far, recording the improvement; returns its cost."""
+        with self.lock:
+            cost = self.ev.cost(order) if cost is None else cost
+            if self.best is None or cost < self.best[0]:
+                self.best = (int(cost), [int(v) for v in order], stage)
+                self.history.append((round(self.elapsed(), 3), int(cost), stage))
         return cost
 
-    orders = baseline_orders(graph, ev)
-    costs = {name: offer(o, name) for name, o in orders.items()}
-    network_cost = None
-    bar = tqdm(total=round(budget_s, 1), desc="alphagrad order", unit="s", disable=not progress or n == 0,
-               leave=False)
+    def run(self) -> OrderResult:
+        """Runs the steps; Ctrl-C returns the best complete order so far, with a warning."""
+        from tqdm.auto import tqdm
 
-    annealed = [float("inf")]  # the cheapest cost annealing has reported (below the baselines')
+        self.costs = {name: self.offer(order, name) for name, order in self.starts.items()}
+        n = len(self.graph.intermediates)
+        self.bar = tqdm(total=round(self.budget_s, 1), desc="alphagrad order", unit="s",
+                        disable=not self.progress or n == 0, leave=False)
+        try:
+            if self.small:
+                if n > 1:
+                    self.offer(orders.optimal(self.graph), "optimal")
+            elif self.best[0] > 0:
+                self._search()
+        except KeyboardInterrupt:
+            warnings.warn(f"order interrupted after {self.elapsed():.1f}s: returning the best order found so far",
+                          stacklevel=4)
+        finally:
+            self.bar.close()
+        return self.result()
 
-    def tick():
-        bar.n = min(round(elapsed(), 1), bar.total)
-        bar.set_postfix(best=f"{min(best[0], annealed[0]):,}")
-        bar.refresh()
+    def _search(self):
+        """Steps 2-4: the network, the opening and annealing."""
+        played = self._start_network()
+        self._anneal_opening(played)
+        annealed = self._anneal()
+        if self.thread is not None:
+            self.thread.join()
+        if self.failed:
+            raise self.failed[0]
+        if annealed is not None:  # the network's thread is done
+            self.offer(*annealed)
 
-    def seen(cost):  # annealing's report of a cheaper order (from its chains' threads)
-        annealed[0] = min(annealed[0], cost)
+    def _start_network(self):
+        """Step 2: the network's player (its encoder runs here) plays on a thread beside
+        annealing, or first (returning its cheapest order) where an opening stage
+        follows or nothing anneals; None without a network."""
+        player = self.make_player(self.graph, max(min(self.costs.values()), 1), self.ev)
+        if player is None:
+            return None
+        self.compile_s += player.compile_seconds
+        if self.settings.anneal and self.settings.opening == 0:
+            self.thread = threading.Thread(target=self._beside, args=(player,), daemon=True)
+            self.thread.start()
+            return None
+        played = self._play(player)
+        self._tick()
+        return played
+
+    def _play(self, player):
+        """The network's greedy order, then sampled ones for at most ``sample_fraction``
+        of the budget, and only while annealing has found nothing cheaper than every
+        order the network played (a sample would then have to be cheaper still to be
+        taken or returned, and it takes a core from annealing); returns the cheapest."""
+        settings = self.settings
+        played = player.play()
+        self.network_cost = self.offer(played, "network greedy")
+        self.arrivals.append(played)
+        for k in range(settings.samples):
+            if self.elapsed() >= settings.sample_fraction * self.budget_s or self.annealed < self.network_cost:
+                break
+            order = player.play(settings.temperature, sample_seed(self.seed, k))
+            cost = self.offer(order, "network sampled")
+            if cost < self.network_cost:
+                self.network_cost, played = cost, order
+                self.arrivals.append(order)
+        return played
+
+    def _beside(self, player):
+        """:meth:`_play` on the network's thread: an error reaches the caller after the join."""
+        try:
+            self._play(player)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            self.failed.append(err)
+
+    def _late(self):
+        """The next of the network's orders for annealing's late start, or None."""
+        return self.arrivals.pop(0) if self.arrivals else None
+
+    def _anneal_opening(self, played):
+        """Step 3: anneals the rest of ``played`` after its opening (off by default)."""
+        keep = int(self.settings.opening * len(self.graph.intermediates))
+        seconds = self.left() * self.settings.opening_share
+        if not (self.settings.anneal and played is not None and keep > 0 and seconds > 0 and self.best[0] > 0):
+            return
+        with self._ticking() as report:
+            self.offer(anneal(self.graph, budget_s=seconds, seed=self.seed, start=played, keep=keep,
+                              progress=report), "anneal after the network's opening")
+        self._tick()
+
+    def _anneal(self):
+        """Step 4: anneals from the baselines for the rest of the budget, taking the
+        network's orders as late starts; ``(order, stage)``, or None if it did not run."""
+        seconds = self.left()
+        if not (self.settings.anneal and seconds > 0 and self.best[0] > 0):
+            return None
+        late = self._late if self.thread is not None and self.settings.late_start else None
+        with self._ticking() as report:
+            order, where = anneal(self.graph, budget_s=seconds, seed=self.seed, start=list(self.starts.values()),
+                                  progress=report, late=late, info=True)
+        return order, "anneal from the network's order" if where["late"] else "anneal"
+
+    def _seen(self, cost):
+        """Annealing's report of a cheaper order (from its chains' threads)."""
+        self.annealed = min(self.annealed, cost)
+
+    def _tick(self):
+        """Shows the seconds spent and the cheapest cost on the progress bar."""
+        self.bar.n = min(round(self.elapsed(), 1), self.bar.total)
+        self.bar.set_postfix(best=f"{min(self.best[0], self.annealed):,}")
+        self.bar.refresh()
 
     @contextlib.contextmanager
-    def ticking():
-        """Yields annealing's report function; ticks the bar (seconds spent, cheapest
-        cost) every 0.2 s while annealing runs."""
-        if bar.disable:
-            yield seen
+    def _ticking(self):
+        """Yields annealing's report function; ticks the bar every 0.2 s while annealing
+        runs."""
+        if self.bar.disable:
+            yield self._seen
             return
         done = threading.Event()
 
         def loop():
             while not done.wait(0.2):
-                tick()
+                self._tick()
 
         ticker = threading.Thread(target=loop, daemon=True)
         ticker.start()
         try:
-            yield seen
+            yield self._seen
         finally:
             done.set()
             ticker.join()
 
-    lock = threading.Lock()  # the network's thread offers orders while annealing runs
-    failed: list = []
-    arrivals: list = []  # the network's cheapest orders so far, for annealing's late start
+    def result(self) -> OrderResult:
+        """The cheapest order offered so far, with how and when it was found."""
+        with self.lock:
+            cost, order, method = self.best
+        return OrderResult(order=order, cost=cost, baselines=self.costs, method=method,
+                           network_cost=self.network_cost, seconds=round(self.elapsed(), 3),
+                           compile_seconds=round(self.compile_s, 3), history=self.history,
+                           fingerprint=self.graph.fingerprint)
 
-    def late():
-        return arrivals.pop(0) if arrivals else None
 
-    def network(player):
-        """The network's greedy order, then sampled ones for at most ``sample_fraction``
-        of the budget, and only while annealing has found nothing cheaper than every
-        order the network played (a sample would then have to be cheaper still to be
-        taken or returned, and it takes a core from annealing); returns the cheapest."""
-        nonlocal network_cost
-        played = player.play()
-        with lock:
-            network_cost = offer(played, "network greedy")
-        arrivals.append(played)
-        for k in range(settings.samples):
-            if elapsed() >= settings.sample_fraction * budget_s or annealed[0] < network_cost:
-                break
-            order = player.play(settings.temperature, sample_seed(seed, k))
-            with lock:
-                c = offer(order, "network sampled")
-                if c < network_cost:
-                    network_cost, played = c, order
-                    arrivals.append(order)
-        return played
-
-    def beside(player):  # the network's thread: an error reaches the caller after the join
-        try:
-            network(player)
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-            failed.append(err)
-
-    thread = None
-    try:
-        if small and n > 1:
-            offer(baselines.optimal(graph), "optimal")
-        elif n > 1 and best[0] > 0:
-            player = make_player(graph, max(min(costs.values()), 1), ev)  # the encoder runs here
-            played = None
-            if player is not None:
-                compile_s += player.compile_seconds
-                if settings.anneal and settings.opening == 0:
-                    # beside annealing, not before it (step 2 of the module docstring)
-                    thread = threading.Thread(target=beside, args=(player,), daemon=True)
-                    thread.start()
-                else:
-                    played = network(player)
-                    tick()
-            keep = int(settings.opening * n)
-            left = (budget_s - elapsed()) * settings.opening_share
-            if settings.anneal and played is not None and keep > 0 and left > 0 and best[0] > 0:
-                with ticking() as report:
-                    offer(baselines.anneal(graph, budget_s=left, seed=seed, start=played, keep=keep,
-                                           progress=report), "anneal after the network's opening")
-                tick()
-            left = budget_s - elapsed()
-            annealed_order, annealed_from = None, "anneal"
-            if settings.anneal and left > 0 and best[0] > 0:
-                # from the baselines, as annealing alone starts (step 4 of the module docstring)
-                with ticking() as report:
-                    annealed_order, where = baselines.anneal(
-                        graph, budget_s=left, seed=seed, start=list(orders.values()), progress=report,
-                        late=late if thread is not None and settings.late_start else None, info=True)
-                if where["late"]:
-                    annealed_from = "anneal from the network's order"
-            if thread is not None:
-                thread.join()
-            if failed:
-                raise failed[0]
-            if annealed_order is not None:  # the network's thread is done: no lock needed
-                offer(annealed_order, annealed_from)
-    except KeyboardInterrupt:
-        warnings.warn(f"order interrupted after {elapsed():.1f}s: returning the best order found so far",
-                      stacklevel=3)
-    finally:
-        bar.close()
-    with lock:
-        cost, order, method = list(best)
-    return OrderResult(order=order, cost=cost, baselines=costs, method=method, network_cost=network_cost,
-                       seconds=round(elapsed(), 3), compile_seconds=round(compile_s, 3), history=history,
-                       fingerprint=graph.fingerprint)
+def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
+               settings: InferenceSettings = InferenceSettings(), progress: bool = False) -> OrderResult:
+    """Runs the schedule on ``graph`` for ``budget_s`` seconds (a finite number > 0).
+    ``make_player(graph, scale, ev, encode=True)`` returns a
+    :class:`alphagrad.player.Player` (or None: no network, the baselines and annealing
+    only; ``encode=False`` is the warm-up of :func:`compile_kernels`). Ctrl-C returns the
+    best complete order so far, with a warning."""
+    budget_s = check_budget(budget_s)
+    seed = check_seed(seed)
+    if not isinstance(settings, InferenceSettings):
+        raise TypeError(f"settings must be an alphagrad.inference.InferenceSettings, not {type(settings).__name__}")
+    return Schedule(graph, make_player, budget_s, seed, settings, progress).run()

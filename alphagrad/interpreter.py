@@ -22,7 +22,7 @@ import numpy as np
 from alphagrad import primitives as prim
 from alphagrad import rules
 from alphagrad import structure as st
-from alphagrad.baselines import resolve_order  # the one door, shared with alphagrad.cost
+from alphagrad.scoring import resolve_order  # the one door, shared with alphagrad.cost
 from alphagrad.graph import Graph
 from alphagrad.trace import ConcreteValuesNeeded, trace
 

@@ -1,6 +1,6 @@
 """The policy-value network of the sparse elimination game (flax).
 
-One transformer for all graphs, cheap per move (:mod:`alphagrad.policy` plays it):
+One transformer for all graphs, cheap per move (:mod:`alphagrad.player` plays it):
 
 * an **encoder**, run once per graph (or ``encodings`` times a game, each time on the
   graph left by the moves so far: :class:`NetworkConfig`): each vertex is a token, attention runs along the
@@ -29,7 +29,7 @@ class NetworkConfig:
     """Size of the policy-value network, and how often a game encodes its graph:
     ``encodings`` times, at the start and then every ``ceil(n / encodings)`` of its
     ``n`` moves, each time the graph as it is then (what is left after the moves so
-    far, :func:`alphagrad.policy.graph_inputs`), so that the embeddings the decoder
+    far, :func:`alphagrad.features.graph_inputs`), so that the embeddings the decoder
     reads describe the graph the game is on, not the one it started from."""
 
     dim: int = 64
@@ -96,7 +96,7 @@ def messages(src, dst, edge_features, num_edges, V: int):
 
 
 class PolicyNet(nn.Module):
-    """Policy-value network of the sparse game (:mod:`alphagrad.policy`).
+    """Policy-value network of the sparse game (:mod:`alphagrad.player`).
 
     :meth:`encode` (once per graph): ``static [V, NUM_STATIC]``, ``src``/``dst [E]``,
     ``edge_features [E, NUM_EDGE]``, the real edge count and a vertex mask -> one
@@ -146,7 +146,7 @@ class PolicyNet(nn.Module):
 
 
 def decoder_weights(params, h) -> tuple:
-    """The decoder as arrays for :func:`alphagrad.policy.rollout`: ``(H1, Wd, W2, b2,
+    """The decoder as arrays for :func:`alphagrad.player.rollout`: ``(H1, Wd, W2, b2,
     w3, b3)``, ``H1 = h @ W1[:D] + b1`` computed once per graph (float64)."""
     p = params["params"]
     D = h.shape[-1]

@@ -27,7 +27,8 @@ import mctx
 import numpy as np
 from flax import struct
 
-from alphagrad import baselines, engine, rules
+from alphagrad import checks, engine, rules, scoring
+from alphagrad.orders import classic
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
 
@@ -199,22 +200,21 @@ def search_order(graph: Graph, simulations: int = 32, prior: str = "markowitz", 
     """
     import time
 
-    baselines.check_graph(graph, "search.search_order")
-    simulations = baselines.check_int(simulations, "simulations", 1)
+    checks.check_graph(graph, "search.search_order")
+    simulations = checks.check_int(simulations, "simulations", 1)
     if not isinstance(prior, str) or prior not in PRIORS:
         raise ValueError(f"unknown prior {prior!r}; use one of {sorted(PRIORS)}")
-    seed = baselines.check_seed(seed)
+    seed = checks.check_seed(seed)
     rules.check_convention(convention)
-    max_considered = baselines.check_int(max_considered, "max_considered", 1)
-    budget_s = baselines.check_budget(budget_s, allow_none=True)
-    games = baselines.check_int(games, "games", 1)
+    max_considered = checks.check_int(max_considered, "max_considered", 1)
+    budget_s = checks.check_budget(budget_s, allow_none=True)
+    games = checks.check_int(games, "games", 1)
     t0 = time.perf_counter()
     ev = Evaluator(graph, convention)
-    starts = [baselines.forward(graph), baselines.reverse(graph), baselines.markowitz(graph, convention)]
-    best = min(starts, key=ev.cost)
+    best = min(classic(graph, convention, ev).values(), key=ev.cost)  # unless a game beats it
     if not graph.intermediates:
         return []
-    scale = jnp.full((games,), max(ev.cost(best), 1), jnp.float32)
+    scale = jnp.full((games,), max(scoring.best_baseline(graph, convention, ev), 1), jnp.float32)
     state = batch_states([engine.encode(graph, convention)] * games)
     key = jax.random.key(seed)
     while True:

@@ -403,18 +403,17 @@ def baseline_costs(graph, tables=None, max_structures: int = DEFAULT_MAX_STRUCTU
       alphagrad.rules.TooManyStructuresError: the rule tables exceed ``max_structures``.
     """
     from alphagrad import rules as rl
+    from alphagrad import scoring
     from alphagrad.evaluator import Evaluator
 
     T = tables if tables is not None else rl.build_tables(graph, max_structures=max_structures)
     ev = Evaluator(graph, CONVENTION, rule_tables=T)
-    inter = list(graph.intermediates)
-    fwd, rev = ev.cost(inter), ev.cost(inter[::-1])
-    mk = ev.cost(ev.markowitz())
-    best = min(fwd, rev, mk)
+    costs = scoring.baseline_costs(graph, CONVENTION, ev)
+    best = min(costs.values())  # scoring.best_baseline, from the costs at hand
     opt = None
-    if len(inter) <= optimal_max:
+    if len(graph.intermediates) <= optimal_max:
         opt = min(ev.optimal()[1], best)  # a state-hash collision could only make the search worse
-    return {"cost_forward": fwd, "cost_reverse": rev, "cost_markowitz": mk,
+    return {"cost_forward": costs["forward"], "cost_reverse": costs["reverse"], "cost_markowitz": costs["markowitz"],
             "cost_optimal": opt, "best_baseline": best, "table_size": T.size}
 
 

@@ -231,26 +231,27 @@ def split_position(n: int, seed: int, part: int = 0, parts: int = 1, depth: tupl
 def label_graph(graph, config: LabelConfig, best_baseline: int | None = None, player=None, part: int = 0,
                 played=None) -> dict:
     """The label row of one graph (see the module docstring). With ``player`` (a
-    :class:`alphagrad.policy.Player` of ``graph``), the row labels the policy's own states
+    :class:`alphagrad.player.Player` of ``graph``), the row labels the policy's own states
     (DAgger): the policy plays greedily up to a split position drawn from the graph's hash
     (denser towards the endgame; :func:`split_position` of ``part`` of
     ``config.splits``), the rest of its order is annealed with the policy's prefix kept,
     and positions from the split on are labelled on that completed order. ``played``:
     the policy's greedy order if already played (the parts of a graph share it)."""
-    from alphagrad import baselines
+    from alphagrad.anneal import anneal
     from alphagrad.evaluator import Evaluator
+    from alphagrad.scoring import best_baseline as baseline_cost
 
     t0 = time.perf_counter()
     ev = player.ev if player is not None else Evaluator(graph, "exact")
     inter = list(graph.intermediates)
     n = len(inter)
     if best_baseline is None:
-        best_baseline = min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz()))
+        best_baseline = baseline_cost(graph, evaluator=ev)
     seed = _seed(graph.fingerprint)
     split = 0
     if player is None:
         moves = config.moves(n)
-        order = np.asarray(baselines.anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
+        order = np.asarray(anneal(graph, iterations=moves, seed=seed, threads=1), np.int64)
     else:
         played = np.asarray(player.play(0.0) if played is None else played, np.int64)
         split = split_position(n, seed, part, config.splits, config.depth)
@@ -368,7 +369,7 @@ def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: 
     policy's rest alone, annealing stays in the basin the policy chose (on a graph a
     sweep wins, the policy's cheap-now interior moves), and the labels would then teach
     the policy its own mistakes. Never dearer than with ``screen`` 0."""
-    from alphagrad import baselines
+    from alphagrad.anneal import temperatures
 
     n = len(played)
     prefix, rest = played[:split], played[split:]
@@ -377,7 +378,7 @@ def complete(ev, played: np.ndarray, split: int, moves: int, seed: int, screen: 
 
     def run(order, count, k):
         kept = order.copy()
-        temps = baselines.temperatures(ev.cost(np.concatenate([prefix, order])), n, count)
+        temps = temperatures(ev.cost(np.concatenate([prefix, order])), n, count)
         ev.anneal(order, kept, count, *temps, seed + k, prefix=prefix)
         return np.concatenate([prefix, kept])
 

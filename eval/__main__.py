@@ -1,4 +1,5 @@
-"""Evaluation report of the pretrained agent against the baselines (issue #7).
+"""``python -m eval``: the evaluation report of the pretrained agent against the baselines
+(:mod:`eval.report`).
 
     python -m eval [--model PATH_OR_REPO] [--data DIR] [--split heldout] --out DIR
                    [--budgets 5,30,60] [--limit N] [--families F ...] [--seed 0]
@@ -14,8 +15,9 @@ programs of family ``large_real`` are held out in a build and evaluated with ``-
 dataset of ``python -m data_gen build``) the default budgets are 5,30,60.
 
 Evaluates every graph of the split (at most ``--limit`` per family) with forward, reverse,
-Markowitz, the exact optimum (small graphs), the network's own greedy order (zero-shot), the agent at each
-budget, simulated annealing and the network-free search at each budget; re-scores every
+Markowitz and the ``--methods`` chosen among :mod:`eval.methods` (by default the exact
+optimum on small graphs, the network's own greedy order (zero-shot), and at each budget the
+agent, simulated annealing and the network-free search); re-scores every
 order with ``alphagrad.cost``; checks that no held-out graph occurs in the training
 splits, that every method got the same seed and budgets, and (published tasks) the
 Jacobian of the cheapest order against ``jax.jacrev``; and writes ``report.md``,
@@ -28,9 +30,12 @@ reported in the tables; the exit code is 1 only when nothing could be evaluated.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
+from eval import methods as M
 from eval import report as R
+from eval.common import EXAMPLES_SOURCE, display_path
 
 
 def _floats(text: str) -> tuple:
@@ -54,12 +59,10 @@ def _ints(text: str) -> tuple:
 
 
 def _methods(text: str) -> tuple:
-    vals = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = sorted(set(vals) - set(R.OPTIONAL_METHODS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown methods {unknown}; choose from {', '.join(R.OPTIONAL_METHODS)} "
-                                         f"(forward, reverse and Markowitz always run)")
-    return tuple(m for m in R.OPTIONAL_METHODS if m in vals)
+    try:
+        return M.choose(x.strip() for x in text.split(",") if x.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _extra(text: str) -> tuple:
@@ -70,9 +73,9 @@ def _extra(text: str) -> tuple:
             b = float(budget.rstrip("s"))
         except ValueError:
             b = -1.0
-        if kind not in R.BUDGETED or b <= 0:
+        if kind not in M.BUDGETED or b <= 0:
             raise argparse.ArgumentTypeError(f"{item!r}: expected METHOD@SECONDS with METHOD one of "
-                                             f"{', '.join(R.BUDGETED)}, e.g. anneal@60")
+                                             f"{', '.join(M.BUDGETED)}, e.g. anneal@60")
         out.append((kind, b))
     return tuple(dict.fromkeys(out))
 
@@ -95,9 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=None, help="at most N graphs per family")
     p.add_argument("--families", nargs="+", default=None, help="families to evaluate (default: all in the split); FAMILY:N evaluates at most N of that family")
     p.add_argument("--seed", type=int, default=0, help="seed of every method (default: 0)")
-    p.add_argument("--methods", type=_methods, default=R.DEFAULT_METHODS,
-                   help="comma-separated subset of " + ",".join(R.OPTIONAL_METHODS) + " (default: "
-                        + ",".join(R.DEFAULT_METHODS) + ")")
+    p.add_argument("--methods", type=_methods, default=M.DEFAULT,
+                   help="comma-separated subset of " + ",".join(M.OPTIONAL) + " (default: "
+                        + ",".join(M.DEFAULT) + ")")
     p.add_argument("--no-jacobian-bench", dest="jacobian_bench", action="store_false",
                    help="skip the Jacobian runtime table")
     p.add_argument("--train-data", action="append", default=[], metavar="DIR",
@@ -108,13 +111,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--search-simulations", type=int, default=8,
                    help="simulations per move of the network-free search (default: 8)")
     p.add_argument("--extra", type=_extra, default=(), help="runs beyond --methods x --budgets, e.g. anneal@60 "
-                   "(the reference cost of the time-to-quality target)")
+                   "(a longer reference run)")
     p.add_argument("--zero-shot-budget", type=float, default=5.0,
-                   help="time bound of the network's greedy order (default: 5, the zero-shot time target)")
+                   help="time bound of the network's greedy order (default: 5 s)")
     p.add_argument("--jac-batches", type=_ints, default=(1, 512), help="batch sizes of the Jacobian runtime table")
     p.add_argument("--jac-repeats", type=int, default=50, help="timed calls per Jacobian (default: 50)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return p
+
+
+def command_line(argv) -> str:
+    """The command as the report shows it: absolute paths inside the repository made
+    relative to its root (:func:`eval.common.display_path`), so it reruns from the root anywhere."""
+    def arg(a: str) -> str:
+        if a.startswith("--") and "=" in a:
+            opt, _, val = a.partition("=")
+            return f"{opt}={display_path(val)}"
+        return display_path(a)
+
+    return "python -m eval" + ("" if not argv else " " + shlex.join(arg(a) for a in argv))
 
 
 def main(argv=None) -> int:
@@ -125,7 +140,7 @@ def main(argv=None) -> int:
     if args.budgets is None:
         args.budgets = DATA_BUDGETS if args.data is not None else EXAMPLES_BUDGETS
     if args.data is None:
-        print(f"python -m eval: no --data given: evaluating the examples shipped in {R.EXAMPLES_SOURCE}, split "
+        print(f"python -m eval: no --data given: evaluating the examples shipped in {EXAMPLES_SOURCE}, split "
               f"{args.split!r} (heldout: the 10 published tasks; train/validation: the rest of the zoo), budgets "
               f"{','.join(f'{b:g}' for b in args.budgets)} s; --data DIR evaluates a dataset of `python -m "
               f"data_gen build`, --budgets 5,30,60 the full budgets", file=sys.stderr, flush=True)
@@ -135,7 +150,7 @@ def main(argv=None) -> int:
         jacobian_bench=args.jacobian_bench, train_data=tuple(args.train_data), methods=args.methods,
         optimal_max=args.optimal_max, search_simulations=args.search_simulations,
         zero_shot_budget=args.zero_shot_budget, extra=args.extra,
-        jac_batches=args.jac_batches, jac_repeats=args.jac_repeats, command=R.command_line(argv),
+        jac_batches=args.jac_batches, jac_repeats=args.jac_repeats, command=command_line(argv),
         quiet=args.quiet,
     )
     _, code = R.run(config)

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from eval.report import machine
+from eval.common import machine, put_block
 
 START, END = "<!-- bench_first_call:start -->", "<!-- bench_first_call:end -->"
 GRAPHS = ("readme", "RoeFlux_3d", "TransformerStack", "RoeFlux_3d_chain13")
@@ -125,8 +125,6 @@ def main(argv=None) -> int:
         f.write(f"# A new user's first call\n\n{intro}\n\n{table}\n")
     print(table)
     if args.readme:
-        from eval.readme_results import put_block
-
         put_block(args.readme, f"{intro}:\n\n{table}", START, END)
     return 0
 

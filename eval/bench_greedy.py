@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from eval.report import machine
+from eval.common import machine, put_block
 
 START, END = "<!-- bench_greedy:start -->", "<!-- bench_greedy:end -->"
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
@@ -238,8 +238,6 @@ def main(argv=None) -> int:
         f.write(f"# Greedy orders of the network alone\n\n{intro}\n\n{table}\n")
     print(table)
     if args.readme:
-        from eval.readme_results import put_block
-
         put_block(args.readme, f"{intro}:\n\n{table.split(chr(10) * 2)[0]}", START, END)
     return 0
 

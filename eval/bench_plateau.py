@@ -1,6 +1,6 @@
 """Where annealing stops on the large held-out graphs (not a test): ``python -m eval.bench_plateau``.
 
-Issue 14 asks the agent for orders 5% cheaper than annealing's at the same budget on
+Issue 14 (closed) asked the agent for orders 5% cheaper than annealing's at the same budget on
 graphs of 300-2,000 intermediates. This measures whether a better start or a local exact
 search could give that, on the large held-out graphs of ``--data`` (``--per-family`` of
 each large family):
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from eval.bench_schedule import add_graph_arguments, large_rows, write_report
+from eval.common import add_graph_arguments, large_rows, write_report
 
 
 def _solve_window(ev, order, lo: int, window: int):

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from eval.report import machine
+from eval.common import machine, put_block
 
 START, END = "<!-- bench_policy:start -->", "<!-- bench_policy:end -->"
 GRAPHS = {"RoeFlux_3d": 1, "RoeFlux_3d x3": 3, "RoeFlux_3d x14": 14}
@@ -201,8 +201,6 @@ def main(argv=None) -> int:
         f.write(f"# Policy network benchmark\n\n`{report['command']}` on {report['machine']}\n\n{table}\n")
     print(table)
     if args.readme:
-        from eval.readme_results import put_block
-
         put_block(args.readme, f"`{report['command']}` ({report['machine']}):\n\n{table}", START, END)
     return 0
 

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from eval.bench_greedy import rows_by_group
-from eval.report import geomean, machine
+from eval.common import geomean, machine, put_block
 
 #: Groups of held-out families (:mod:`eval.bench_greedy`'s, the large graphs of any size).
 GROUPS = {"published": ("published",), "random held-out": ("random_heldout",),
@@ -122,8 +122,6 @@ def main(argv=None) -> int:
             f.write(f"# The network's sampled orders by temperature\n\n{intro}\n\n{table}\n")
     print(table)
     if args.readme:
-        from eval.readme_results import put_block
-
         put_block(args.readme, f"{intro}:\n\n{table}", f"<!-- bench_sampling:{args.block}:start -->",
                   f"<!-- bench_sampling:{args.block}:end -->")
     return 0

@@ -11,7 +11,8 @@ this release (sparse, incremental: ``baselines.anneal``) against those of releas
 * time to quality: the cost (over the best of forward, reverse and Markowitz) that each
   annealer returns at budgets from 0.05 s to 60 s, on the ten published tasks and on
   graphs of 400-5,000 intermediates (chained benchmark functions and random programs);
-* the issue's targets, judged from those numbers.
+* the targets set for the new annealer (scored moves per second, time to quality),
+  judged from those numbers.
 
 Writes ``OUT/report.json`` and ``OUT/report.md``; ``--readme README.md`` puts the tables
 between ``<!-- bench_search:start -->`` and ``<!-- bench_search:end -->``. Times are

@@ -35,7 +35,7 @@ import sys
 
 import numpy as np
 
-from eval.bench_schedule import write_report
+from eval.common import load_split, write_report
 
 EPS = (0.01, 0.03, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 BANDS = ((0.0, 0.5), (0.5, 0.8), (0.8, 1.0))
@@ -113,7 +113,6 @@ def run(data: str, split: str, name: str, graphs: int, positions: int, min_inter
     import alphagrad
     from data_gen.dataset import row_to_graph
     from data_gen.labels import LabelConfig, load_labels
-    from eval.report import load_split
 
     with open(os.path.join(data, name, "labels.json")) as f:
         made = json.load(f)["config"]  # what the labels depend on; a setting it leaves out was the default

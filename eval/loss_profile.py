@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from eval.bench_schedule import FAMILIES, write_report
+from eval.common import LARGE_FAMILIES, write_report
 
 FRACTIONS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="alphagrad/pretrained", help="model directory or hub id")
     p.add_argument("--data", required=True, help="a dataset from `python -m data_gen build`")
     p.add_argument("--split", default="heldout")
-    p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated graph families")
+    p.add_argument("--families", default=",".join(LARGE_FAMILIES), help="comma-separated graph families")
     p.add_argument("--above", type=float, default=1.0,
                    help="profile the graphs whose greedy order costs more than this x the best baseline (0: all)")
     p.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS),

@@ -1,5 +1,7 @@
-"""The plots of the evaluation report (matplotlib, Agg backend, PNG), drawn from the
-report's records (see :mod:`eval.report`); a plot without data says so on its canvas."""
+"""The plots of the evaluation report (matplotlib, Agg backend, PNG): the published tasks'
+ratios beside the published figures, ratios against graph size, and cost against budget,
+drawn from a report's records (see :mod:`eval.report`); a plot without data says so on its
+canvas."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from eval.report import BASELINES, BUDGETED, SIZE_FAMILIES, geomean
+from eval.common import geomean
+from eval.methods import BASELINES, BUDGETED, METHODS
 
-_COLORS = {"forward": "#bbbbbb", "reverse": "#888888", "markowitz": "#555555", "optimal": "#000000",
-           "zero-shot": "#9ecae1", "agent": "#3182bd", "anneal": "#e6550d", "search": "#31a354",
-           "uniform-prior": "#a1d99b", "markowitz-prior": "#fdae6b", "random-prior": "#d9d9d9",
-           "AlphaZero (pub.)": "#756bb1", "PPO (pub.)": "#bcbddc"}
+#: Families whose ratios are plotted against graph size.
+SIZE_FAMILIES = ("random_heldout", "large_random", "large_zoo_chained", "large_real")
+_COLORS = {**{n: m.color for n, m in METHODS.items()}, "AlphaZero (pub.)": "#756bb1", "PPO (pub.)": "#bcbddc"}
 
 
 def _kind(method: str) -> str:

@@ -11,7 +11,8 @@ command that produced it, the geometric means per family and method, the publish
 tasks beside the published figures, and the honesty checks. A file without the main
 block's markers gets a ``## Results`` section with them appended at its end; a named
 block must already be marked (a misspelt name is an error, not a new section). Every number comes from
-report.json; running it again with the same report changes nothing.
+report.json; running it again with the same report changes nothing. The main block's
+markers are those :mod:`train.export` writes into a model card's evaluation section.
 """
 
 from __future__ import annotations
@@ -22,16 +23,10 @@ import os
 import re
 import sys
 
-from eval import targets
-from eval.report import BASELINES, _fmt, dataset_label, geomean, md_table
-
-START, END = "<!-- results:start -->", "<!-- results:end -->"
-
-
-def load_report(report_dir: str) -> dict:
-    path = report_dir if report_dir.endswith(".json") else os.path.join(report_dir, "report.json")
-    with open(path) as f:
-        return json.load(f)
+from eval.common import dataset_label, fmt, geomean, load_report, md_table, splice
+from eval.methods import BASELINES
+from train.export import RESULTS_END as END
+from train.export import RESULTS_START as START
 
 
 def _num(x):
@@ -69,7 +64,7 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
                 if s is None or s["ok"] == 0:
                     cells.append("n/a")
                 else:
-                    cells.append(_fmt(s["gm_ratio_best"]) + (f" ({s['ok']}/{s['graphs']})" if s["ok"] < s["graphs"]
+                    cells.append(fmt(s["gm_ratio_best"]) + (f" ({s['ok']}/{s['graphs']})" if s["ok"] < s["graphs"]
                                                             else ""))
             rows.append([m] + cells)
         L += ["Geometric mean of multiplications / best baseline (min of forward, reverse, Markowitz; "
@@ -79,7 +74,7 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
         if opt:
             L += ["Geometric mean of multiplications / exact optimum, on the "
                   f"{max(s['with_optimum'] for s in opt)} graphs with a known optimum: "
-                  + ", ".join(f"{s['method']} {_fmt(s['gm_ratio_opt'])}" for s in opt) + ".", ""]
+                  + ", ".join(f"{s['method']} {fmt(s['gm_ratio_opt'])}" for s in opt) + ".", ""]
     else:
         L += ["Nothing was evaluated.", ""]
 
@@ -89,17 +84,14 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
         rows = []
         for p in pub:
             pp = p["published"]
-            rows.append([p["task"], _fmt(p["best_baseline"])] + [_fmt(_num(p["ratios"].get(m))) for m in ours]
-                        + [_fmt(pp["alphazero_ratio"]) if pp else "n/a"])
-        rows.append(["geometric mean", ""] + [_fmt(geomean([_num(p["ratios"].get(m)) for p in pub])) for m in ours]
-                    + [_fmt(geomean([p["published"]["alphazero_ratio"] for p in pub if p["published"]]))])
+            rows.append([p["task"], fmt(p["best_baseline"])] + [fmt(_num(p["ratios"].get(m))) for m in ours]
+                        + [fmt(pp["alphazero_ratio"]) if pp else "n/a"])
+        rows.append(["geometric mean", ""] + [fmt(geomean([_num(p["ratios"].get(m)) for p in pub])) for m in ours]
+                    + [fmt(geomean([p["published"]["alphazero_ratio"] for p in pub if p["published"]]))])
         L += ["Published tasks, ratio to each one's own best baseline (ours: our graph, exact cost model; "
               "AlphaZero: the published per-task figure on the published graph):", "",
               md_table(["task", "best baseline"] + ours + ["AlphaZero (pub.)"], rows), ""]
 
-    if report.get("targets"):
-        L += ["Targets of the open issues (13, 14) measured by this run (`eval/targets.py`):", "",
-              md_table(*targets.table(report["targets"])), ""]
     checks = report["checks"]
     L += ["Checks: " + "; ".join(f"{c['check']}: **{c['status']}**" for c in checks) + "."
           + (f" Failures: {len(report['failures'])} (listed in the report)." if report["failures"] else ""), ""]
@@ -109,15 +101,6 @@ def summary_markdown(report: dict, report_link: str | None = None) -> str:
 def markers(name: str | None = None) -> tuple[str, str]:
     """The start and end markers of the block called ``name`` (None: the main block)."""
     return (START, END) if not name else (f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->")
-
-
-def _splice(text: str, block: str, open_mark: str, close_mark: str, where: str = "") -> str:
-    """``text`` with what lies between its one ``open_mark`` and its one ``close_mark``
-    (in that order) replaced by ``block``."""
-    start, end = text.find(open_mark), text.find(close_mark)
-    if start == -1 or end == -1 or end < start or text.count(open_mark) != 1 or text.count(close_mark) != 1:
-        raise ValueError(f"{where}expected exactly one {open_mark} followed by one {close_mark}")
-    return text[:start + len(open_mark)] + "\n" + block.strip() + "\n" + text[end:]
 
 
 def replace_block(text: str, block: str, heading: str = "## Results", name: str | None = None) -> str:
@@ -132,16 +115,7 @@ def replace_block(text: str, block: str, heading: str = "## Results", name: str 
     if open_mark not in text and close_mark not in text:
         sep = "" if text.endswith("\n\n") or not text else ("\n" if text.endswith("\n") else "\n\n")
         return f"{text}{sep}{heading}\n\n{open_mark}\n{block.strip()}\n{close_mark}\n"
-    return _splice(text, block, open_mark, close_mark)
-
-
-def put_block(path: str, block: str, open_mark: str, close_mark: str) -> None:
-    """Replaces what lies between ``open_mark`` and ``close_mark`` (exactly one of each, in
-    that order) in the file ``path`` with ``block``: how the benchmarks fill README."""
-    with open(path) as f:
-        text = _splice(f.read(), block, open_mark, close_mark, f"{path}: ")
-    with open(path, "w") as f:
-        f.write(text)
+    return splice(text, block, open_mark, close_mark)
 
 
 def update_file(path: str, report: dict, report_dir: str, must_exist: bool = True, name: str | None = None) -> bool:

@@ -1,34 +1,26 @@
-"""The evaluation report of issue #7: ``python -m eval`` (see :mod:`eval.__main__`).
+"""The evaluation report: ``python -m eval`` (its CLI is :mod:`eval.__main__`).
 
-:func:`run` evaluates every graph of a dataset split (``datasets.load_from_disk``) with
-
-* the classic orders: ``forward``, ``reverse``, ``markowitz`` (:mod:`alphagrad.baselines`);
-* ``optimal``: the exact optimum (``baselines.optimal``) where the graph has at most
-  ``optimal_max`` intermediates; the dataset's ``cost_optimal`` is the claim it must match;
-* ``zero-shot``: the pretrained network's own greedy order (``agent.greedy_order(graph)``:
-  no search, no annealing, no baseline), timed against ``zero_shot_budget`` (5 s by
-  default: the issue's zero-shot time target);
-* ``agent@Bs``: the agent at budget B (``agent.order(budget_s=B)``: network orders, then
-  annealing from the cheapest);
-* ``anneal@Bs``: ``baselines.anneal(graph, budget_s=B, seed=seed)``;
-* ``uniform-prior@Bs``, ``markowitz-prior@Bs``, ``random-prior@Bs``: the controls, the
-  agent's schedule (:func:`alphagrad.inference.find_order`, same seed and budget) with a
-  network-free prior (:class:`alphagrad.policy.ControlPlayer`) instead of the network;
-* ``search@Bs``: the network-free search ``search.search_order(graph, prior="uniform",
-  budget_s=B, seed=seed)`` (its compilation is done by an untimed warm-up call first, as
-  the agent's budget excludes compilation too);
+:func:`run` evaluates every graph of a dataset split (``datasets.load_from_disk``) with the
+methods of :mod:`eval.methods`: the classic orders (forward, reverse, Markowitz; always),
+and those chosen: the exact optimum on small graphs, the network's greedy order
+(zero-shot, held to ``zero_shot_budget``), and at each budget the agent, annealing, the
+network-free search and the agent's schedule with network-free priors (the controls).
+Annealing, the search and the zero-shot order are compiled by an untimed warm-up call per
+graph first, as the agent's budget excludes compilation too.
 
 Without a dataset (``data=None``, the CLI without ``--data``) it evaluates the examples
-shipped in the package (:mod:`alphagrad.examples`), split as ``python -m data_gen build``
-splits them (:func:`examples_dataset`): ``heldout`` holds the ten published tasks,
-``train`` and ``validation`` the rest of the zoo; the real-sized programs (``large_real``,
-held out in a build) are evaluated from a build only.
+shipped in the package (:func:`eval.common.examples_dataset`): ``heldout`` holds the ten
+published tasks, ``train`` and ``validation`` the rest of the zoo.
 
 It writes, under ``out``: ``report.md``, ``report.json`` (raw numbers), CSV and Markdown
-tables, PNG plots and ``orders.jsonl`` (every order, for reproduction). Every order is
-re-scored with :func:`alphagrad.cost`; a method that raises, returns an invalid order or
-an order whose re-scored cost differs from the cost it claimed becomes a failure row, and
-the evaluation goes on.
+tables, PNG plots (:mod:`eval.plots`) and ``orders.jsonl`` (every order, for
+reproduction). Every order is re-scored with :func:`alphagrad.cost`; a method that raises,
+returns an invalid order or an order whose re-scored cost differs from the cost it
+claimed (the dataset's record of it, else its own claim, else the evaluator's count)
+becomes a failure row, and the evaluation goes on. Honesty checks: no held-out graph in
+the training splits, the same seed and budgets for every method, budgets kept, no order
+below the known optimum, and the Jacobian of each published task's cheapest order
+against ``jax.jacrev``.
 """
 
 from __future__ import annotations
@@ -42,34 +34,18 @@ import json
 import math
 import os
 import platform
-import shlex
 import sys
 import time
 import traceback
 
 import numpy as np
 
-from eval import targets
+from eval import plots
+from eval.common import EXAMPLES_SOURCE, dataset_label, display_path, fmt, geomean, load_split, md_table
+from eval.methods import BASELINES, BUDGETED, DEFAULT, METHODS, method_id
 
-#: The classic orders: always evaluated (they define the best baseline).
-BASELINES = ("forward", "reverse", "markowitz")
-#: Methods that can be selected with ``--methods``.
-OPTIONAL_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search", "uniform-prior", "markowitz-prior",
-                    "random-prior")
-#: The controls: the agent's schedule with a network-free prior (what learning adds).
-CONTROL_METHODS = ("uniform-prior", "markowitz-prior", "random-prior")
-#: Methods run when ``--methods`` is not given.
-DEFAULT_METHODS = ("optimal", "zero-shot", "agent", "anneal", "search")
-#: Methods run once per budget.
-BUDGETED = ("agent", "anneal", "search") + CONTROL_METHODS
 #: Families of the held-out split, in report order.
 FAMILY_ORDER = ("published", "random_heldout", "large_random", "large_zoo_chained", "large_real")
-#: Families whose ratios are plotted against graph size.
-SIZE_FAMILIES = ("random_heldout", "large_random", "large_zoo_chained", "large_real")
-#: Held-out zoo families a dataset build holds but the no-``--data`` default leaves out: the
-#: real-sized programs (500-5,000 intermediates; evaluate them from a build with
-#: ``--data DIR --families large_real``).
-EXAMPLES_EXCLUDED_FAMILIES = ("large_real",)
 #: float32 tolerances of the Jacobian check (as in tests/test_interpreter.py); ``atol`` is
 #: scaled by max(1, max |jacrev|).
 JAC_RTOL, JAC_ATOL = 2e-4, 2e-5
@@ -91,7 +67,7 @@ class EvalConfig:
     seed: int = 0
     jacobian_bench: bool = True
     train_data: tuple = ()
-    methods: tuple = DEFAULT_METHODS
+    methods: tuple = DEFAULT  # optional methods of eval.methods (the baselines always run)
     optimal_max: int = 16
     search_simulations: int = 8
     zero_shot_budget: float = 5.0
@@ -102,16 +78,10 @@ class EvalConfig:
     quiet: bool = False
 
 
-def method_id(kind: str, budget: float | None = None) -> str:
-    return kind if budget is None else f"{kind}@{budget:g}s"
-
-
 def method_ids(config: EvalConfig) -> list[str]:
-    """Every method column, in report order."""
-    ids = list(BASELINES)
-    for kind in ("optimal", "zero-shot"):
-        if kind in config.methods:
-            ids.append(kind)
+    """Every method column, in report order: the baselines, the other unbudgeted methods
+    chosen, each budgeted method at every budget, then the extra runs."""
+    ids = [n for n, m in METHODS.items() if not m.budgeted and (m.baseline or n in config.methods)]
     for kind in BUDGETED:
         if kind in config.methods:
             ids += [method_id(kind, b) for b in config.budgets]
@@ -130,79 +100,6 @@ def _reason(e: BaseException) -> str:
 
 # --------------------------------------------------------------------------------------
 # Loading.
-
-
-#: What the report calls the dataset when ``data`` is None.
-EXAMPLES_SOURCE = "alphagrad.examples"
-
-_EXAMPLES: dict = {}
-
-
-def examples_dataset():
-    """The examples shipped in :mod:`alphagrad.examples` as a ``DatasetDict`` of dataset
-    rows (the columns of ``python -m data_gen build``), split as a build splits them:
-    ``heldout`` the published tasks, ``train``/``validation`` the rest of the zoo (by a hash
-    of the name), without :data:`EXAMPLES_EXCLUDED_FAMILIES`. Traced once per process (a few
-    seconds)."""
-    import datasets as hf
-
-    from data_gen import dataset as D
-
-    if "dd" not in _EXAMPLES:
-        config = D.BuildConfig(seed=0, num_random=0)
-        zoo = [e for e in D.zoo_examples("all") if e.family not in EXAMPLES_EXCLUDED_FAMILIES]
-        by_split: dict = {s: [] for s in D.SPLITS}
-        for ex in zoo:
-            row, failure = D.compute_item(config, "zoo", ex.name, zoo)
-            if failure is not None:
-                raise RuntimeError(f"example {ex.name}: {failure['stage']}: {failure['reason']}")
-            by_split[row.pop("split")].append(row)
-        features = D.features()
-        _EXAMPLES["dd"] = hf.DatasetDict({s: hf.Dataset.from_list(rows, features=features)
-                                          for s, rows in by_split.items()})
-    return _EXAMPLES["dd"]
-
-
-def dataset_label(data) -> str:
-    """The dataset as the report names it."""
-    return f"{EXAMPLES_SOURCE} (no --data)" if data is None else display_path(data)
-
-
-#: The repository this module belongs to (paths inside it are reported relative to it).
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def display_path(path):
-    """``path`` as a report shows it: an absolute path inside the repository relative to
-    the repository root (so the command reruns on another machine); anything else as given."""
-    if not isinstance(path, str) or not os.path.isabs(path):
-        return path
-    rel = os.path.relpath(os.path.normpath(path), REPO_ROOT)
-    return path if rel == ".." or rel.startswith(".." + os.sep) else rel.replace(os.sep, "/")
-
-
-def load_split(path: str | None, split: str):
-    """``(dataset_dict, split_dataset)``; raises with a readable reason. ``path`` None: the
-    package's examples (:func:`examples_dataset`)."""
-    import datasets as hf
-
-    if path is None:
-        dd = examples_dataset()
-        if split not in dd:
-            raise KeyError(f"{EXAMPLES_SOURCE} has no split {split!r} (splits: {sorted(dd)})")
-        return dd, dd[split]
-    if os.path.isfile(path):
-        raise NotADirectoryError(f"--data {path!r} is a file; pass the directory written by "
-                                 f"`python -m data_gen build --out DIR`")
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"dataset directory {path!r} does not exist; build one with "
-                                f"`python -m data_gen build --out {path}`")
-    dd = hf.load_from_disk(path)
-    if not isinstance(dd, hf.DatasetDict):
-        raise ValueError(f"{path!r} holds a single Dataset, not a DatasetDict with splits")
-    if split not in dd:
-        raise KeyError(f"{path!r} has no split {split!r} (splits: {sorted(dd)})")
-    return dd, dd[split]
 
 
 def select_rows(ds, families, limit) -> tuple[list[dict], list[dict]]:
@@ -248,7 +145,7 @@ def params_digest(agent) -> str:
 
 
 # --------------------------------------------------------------------------------------
-# Methods. Each returns (order, claimed cost, seconds, compile seconds, call, extra).
+# Running the methods.
 
 
 def _evaluator_cost(graph, order) -> int:
@@ -263,91 +160,6 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
-def _run_baseline(kind, graph, row, ctx):
-    from alphagrad import baselines
-
-    fn = {"forward": baselines.forward, "reverse": baselines.reverse, "markowitz": baselines.markowitz}[kind]
-    order, secs = _timed(lambda: fn(graph))
-    return order, int(row[f"cost_{kind}"]), secs, 0.0, f"baselines.{kind}(graph)", {}
-
-
-def _run_optimal(graph, row, ctx):
-    from alphagrad import baselines
-
-    order, secs = _timed(lambda: baselines.optimal(graph, max_intermediates=ctx.config.optimal_max))
-    claim = row.get("cost_optimal")
-    extra = {"claim_source": "dataset cost_optimal" if claim is not None else "evaluator"}
-    if claim is None:
-        claim = _evaluator_cost(graph, order)
-    return order, int(claim), secs, 0.0, "baselines.optimal(graph)", extra
-
-
-def _agent(ctx):
-    if ctx.agent is None:
-        raise RuntimeError(f"model not loaded: {ctx.agent_error}")
-    return ctx.agent
-
-
-def _run_zero_shot(graph, row, ctx):
-    agent = _agent(ctx)
-    key = ("zero-shot", graph.fingerprint)
-    compile_s = 0.0
-    if key not in ctx.warmup:  # the encoder's compilation, outside the timed call
-        _, compile_s = _timed(lambda: agent.greedy_order(graph))
-        ctx.warmup[key] = compile_s
-    order, secs = _timed(lambda: agent.greedy_order(graph))
-    return order, _evaluator_cost(graph, order), secs, compile_s, "agent.greedy_order(graph)", {}
-
-
-def _run_agent(graph, row, ctx, budget):
-    seed = ctx.config.seed
-    res = _agent(ctx).order(graph, budget_s=budget, seed=seed, progress=False)
-    return (res.order, int(res.cost), float(res.seconds), float(res.compile_seconds),
-            f"agent.order(graph, budget_s={budget:g}, seed={seed})",
-            {"found_by": res.method, "network_cost": res.network_cost, "history": res.history})
-
-
-def _run_anneal(graph, row, ctx, budget):
-    from alphagrad import baselines
-
-    seed = ctx.config.seed
-    key = ("anneal", graph.fingerprint)
-    compile_s = 0.0
-    if key not in ctx.warmup:  # rule tables and compiled kernels, outside the timed call
-        _, compile_s = _timed(lambda: baselines.anneal(graph, iterations=1, seed=seed))
-        ctx.warmup[key] = compile_s
-    order, secs = _timed(lambda: baselines.anneal(graph, budget_s=budget, seed=seed))
-    return order, _evaluator_cost(graph, order), secs, compile_s, \
-        f"baselines.anneal(graph, budget_s={budget:g}, seed={seed})", {}
-
-
-def _run_control(graph, row, ctx, budget, kind):
-    from alphagrad.inference import find_order
-    from alphagrad.policy import ControlPlayer
-
-    seed = ctx.config.seed
-    prior = kind.removesuffix("-prior")
-    res = find_order(graph, lambda g, scale, ev, encode=True: ControlPlayer(prior, g, scale, ev, seed), budget, seed)
-    return (res.order, int(res.cost), float(res.seconds), 0.0,
-            f"inference.find_order(graph, ControlPlayer({prior!r}, ...), budget_s={budget:g}, seed={seed})",
-            {"found_by": res.method, "network_cost": res.network_cost})
-
-
-def _run_search(graph, row, ctx, budget):
-    from alphagrad import search
-
-    seed, sims = ctx.config.seed, ctx.config.search_simulations
-    key = ("search", graph.fingerprint)
-    compile_s = 0.0
-    if key not in ctx.warmup:  # compile (and play one untimed batch) before the timed calls
-        _, compile_s = _timed(lambda: search.search_order(graph, simulations=sims, prior="uniform", seed=seed))
-        ctx.warmup[key] = compile_s
-    order, secs = _timed(lambda: search.search_order(graph, simulations=sims, prior="uniform", seed=seed,
-                                                     budget_s=budget))
-    return order, _evaluator_cost(graph, order), secs, compile_s, \
-        f"search.search_order(graph, simulations={sims}, prior='uniform', seed={seed}, budget_s={budget:g})", {}
-
-
 class _Context:
     def __init__(self, config):
         self.config = config
@@ -355,6 +167,38 @@ class _Context:
         self.agent_error = None
         self.warmup: dict = {}  # (method, graph fingerprint) -> seconds of its untimed warm-up
         self.best_orders: dict = {}  # graph_hash -> (method, order) of the cheapest valid order
+
+    def context(self) -> dict:
+        """What the methods' runners may need (see :mod:`eval.methods`)."""
+        return {"agent": self.agent, "max_intermediates": self.config.optimal_max,
+                "simulations": self.config.search_simulations}
+
+
+def _produce(method, graph, budget, ctx: _Context):
+    """``(found, seconds, compile seconds)`` of one run: the method's untimed warm-up the
+    first time it meets this graph, then the timed call (its own clock where it keeps one)."""
+    if method.needs_model and ctx.agent is None:
+        raise RuntimeError(f"model not loaded: {ctx.agent_error}")
+    seed, context = ctx.config.seed, ctx.context()
+    key = (method.name, graph.fingerprint)
+    compile_s = 0.0
+    if method.warmup is not None and key not in ctx.warmup:
+        _, compile_s = _timed(lambda: method.warmup(graph, seed=seed, **context))
+        ctx.warmup[key] = compile_s
+    found, secs = _timed(lambda: method.run(graph, budget_s=budget, seed=seed, **context))
+    return (found, secs if found.seconds is None else found.seconds,
+            compile_s if found.compile_seconds is None else found.compile_seconds)
+
+
+def _claim(method, row: dict, found, graph, order) -> tuple[int, str]:
+    """The cost ``order`` must have and where that claim comes from: the dataset's record
+    of the method's cost, else the method's own claim, else the evaluator's count."""
+    recorded = row.get(method.dataset_cost) if method.dataset_cost else None
+    if recorded is not None:
+        return int(recorded), f"dataset {method.dataset_cost}"
+    if found.cost is not None:
+        return int(found.cost), "method"
+    return _evaluator_cost(graph, order), "evaluator"
 
 
 def evaluate_graph(row: dict, ctx: _Context) -> tuple[list[dict], dict]:
@@ -374,35 +218,30 @@ def evaluate_graph(row: dict, ctx: _Context) -> tuple[list[dict], dict]:
             records.append({**base, "method": mid, "status": "failed", "reason": f"row_to_graph: {_reason(e)}"})
         return records, orders
 
-    plan = [(k, None, (lambda k=k: _run_baseline(k, graph, row, ctx))) for k in BASELINES]
-    if "optimal" in config.methods and len(graph.intermediates) <= config.optimal_max:
-        plan.append(("optimal", None, lambda: _run_optimal(graph, row, ctx)))
-    if "zero-shot" in config.methods:
-        plan.append(("zero-shot", None, lambda: _run_zero_shot(graph, row, ctx)))
-    runners = {"agent": _run_agent, "anneal": _run_anneal, "search": _run_search,
-               **{k: (lambda g, r, c, b, k=k: _run_control(g, r, c, b, k)) for k in CONTROL_METHODS}}
+    context = ctx.context()
+    plan = [(m, None) for n, m in METHODS.items() if not m.budgeted and (m.baseline or n in config.methods)
+            and (m.applies is None or m.applies(graph, **context))]
     runs = [(kind, b) for b in config.budgets for kind in BUDGETED if kind in config.methods]
-    runs += [run for run in config.extra if run not in runs]
-    for kind, b in runs:
-        plan.append((kind, b, (lambda kind=kind, b=b: runners[kind](graph, row, ctx, b))))
+    plan += [(METHODS[kind], b) for kind, b in runs + [run for run in config.extra if run not in runs]]
 
-    for kind, budget, fn in plan:
-        mid = method_id(kind, budget)
-        rec = {**base, "method": mid, "kind": kind,
-               "budget_s": config.zero_shot_budget if kind == "zero-shot" else budget,
-               "seed": config.seed if kind in BUDGETED or kind == "zero-shot" else None}
+    for method, budget in plan:
+        mid = method_id(method.name, budget)
+        rec = {**base, "method": mid, "kind": method.name,
+               "budget_s": config.zero_shot_budget if method.time_bound else budget,
+               "seed": config.seed if method.seeded else None}
         try:
-            order, claimed, secs, compile_s, call, extra = fn()
-            order = [int(v) for v in order]
-            rec.update(call=call, claimed_cost=int(claimed), seconds=round(secs, 4),
-                       compile_seconds=round(compile_s, 4), **extra)
+            found, secs, compile_s = _produce(method, graph, budget, ctx)
+            order = [int(v) for v in found.order]
+            claimed, source = _claim(method, row, found, graph, order)
+            rec.update(call=found.call, claimed_cost=claimed, claim_source=source, seconds=round(float(secs), 4),
+                       compile_seconds=round(float(compile_s), 4), **found.details)
             try:
                 rescored = int(alphagrad.cost(graph, order))
             except Exception as e:  # noqa: BLE001 - an invalid order
                 rec.update(status="failed", reason=f"re-scoring failed: {_reason(e)}")
             else:
                 rec["cost"] = rescored
-                if rescored != int(claimed):
+                if rescored != claimed:
                     rec.update(status="mismatch", reason=f"claimed {claimed} multiplications, "
                                f"alphagrad.cost gives {rescored}")
                 else:
@@ -448,16 +287,6 @@ def _ratio(cost, ref):
         return 1.0 if cost == 0 else math.inf
     return cost / ref
 
-
-def machine() -> str:
-    """The machine line of the benchmarks' reports: the processor (or architecture) and
-    the core count, e.g. ``x86_64, 2 cores``."""
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-
-
-def geomean(xs) -> float | None:
-    xs = [x for x in xs if x is not None and 0 < x < math.inf]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
 # --------------------------------------------------------------------------------------
@@ -537,7 +366,8 @@ def _consistency_checks(records: list[dict], config: EvalConfig) -> list[dict]:
             for k in kinds:
                 if (k, b) not in have:
                     missing.append(f"{gh[:12]} {method_id(k, b)}")
-    zs_wrong = [r for r in records if r.get("kind") == "zero-shot" and r.get("seed") != config.seed]
+    time_bound = [r for r in records if r.get("kind") in METHODS and METHODS[r["kind"]].time_bound]
+    zs_wrong = [r for r in time_bound if r.get("seed") != config.seed]
     checks.append({
         "check": "same seed and budgets for every method",
         "status": "FAIL" if wrong or missing or zs_wrong else ("pass" if budgeted or kinds == [] else "n/a"),
@@ -548,7 +378,7 @@ def _consistency_checks(records: list[dict], config: EvalConfig) -> list[dict]:
                   + (f"; missing runs: {', '.join(missing[:10])}" if missing else "")})
     below = [r for r in records if r.get("status") == "ok" and r.get("optimum") is not None
              and r["cost"] < r["optimum"]]
-    timed = budgeted + [r for r in records if r.get("kind") == "zero-shot"]
+    timed = budgeted + time_bound
     over = [r for r in timed if r.get("seconds") is not None and r["seconds"] > 1.2 * r["budget_s"] + 0.5]
     checks.append({
         "check": "budgeted methods (and zero-shot) stopped within their budget (+20% + 0.5 s)",
@@ -700,23 +530,6 @@ def _best_ok(records, graph_hash):
 # Writing.
 
 
-def _fmt(x, nd=3):
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return "inf" if x == math.inf else f"{x:.{nd}f}"
-    return str(x)
-
-
-def md_table(header: list[str], rows: list[list]) -> str:
-    def cell(v):
-        return " ".join(str(v).split("\n")).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -729,7 +542,7 @@ def _cell(r):
         return "-"
     if r.get("status") != "ok":
         return f"failed: {r.get('reason', r.get('status'))}"[:80]
-    return f"{r['cost']} ({_fmt(r['ratio_best'])})"
+    return f"{r['cost']} ({fmt(r['ratio_best'])})"
 
 
 def tables(report: dict) -> dict:
@@ -748,28 +561,28 @@ def tables(report: dict) -> dict:
     rows = []
     for gh in graphs:
         f = first[gh]
-        rows.append([f["family"], f["name"], f["num_intermediates"], _fmt(f.get("optimum"))]
+        rows.append([f["family"], f["name"], f["num_intermediates"], fmt(f.get("optimum"))]
                     + [_cell(by.get((gh, m))) for m in methods])
     out["per_graph"] = (head, rows)
     secs = []
     for gh in graphs:
         f = first[gh]
         secs.append([f["family"], f["name"], f["num_intermediates"]]
-                    + [(_fmt(by[(gh, m)].get("seconds"), 2)
+                    + [(fmt(by[(gh, m)].get("seconds"), 2)
                         + (f" (+{by[(gh, m)]['compile_seconds']:.1f} compile)"
                            if by[(gh, m)].get("compile_seconds") else "")) if (gh, m) in by and
                        by[(gh, m)].get("seconds") is not None else "-" for m in methods])
     out["seconds"] = (["family", "name", "intermediates"] + methods, secs)
     ratio_opt = [[first[gh]["family"], first[gh]["name"], first[gh]["num_intermediates"],
-                  _fmt(first[gh].get("optimum"))]
-                 + [_fmt(by[(gh, m)].get("ratio_opt")) if (gh, m) in by else "-" for m in methods]
+                  fmt(first[gh].get("optimum"))]
+                 + [fmt(by[(gh, m)].get("ratio_opt")) if (gh, m) in by else "-" for m in methods]
                  for gh in graphs if first[gh].get("optimum") is not None]
     out["ratio_to_optimum"] = (head, ratio_opt)
     s_head = ["family", "method", "graphs", "ok", "failed", "geomean / best baseline", "beats best baseline",
               "geomean / optimum (graphs)", "median seconds"]
     out["summary"] = (s_head, [[s["family"], s["method"], s["graphs"], s["ok"], s["failed"],
-                                _fmt(s["gm_ratio_best"]), s["beats_best_baseline"],
-                                f"{_fmt(s['gm_ratio_opt'])} ({s['with_optimum']})", _fmt(s["median_seconds"], 2)]
+                                fmt(s["gm_ratio_best"]), s["beats_best_baseline"],
+                                f"{fmt(s['gm_ratio_opt'])} ({s['with_optimum']})", fmt(s["median_seconds"], 2)]
                                for s in report["summary"]])
     ours = [m for m in methods if m not in BASELINES  # (methods without a result on any task left out)
             and any(p["ratios"].get(m) is not None for p in report["published"])]
@@ -779,18 +592,18 @@ def tables(report: dict) -> dict:
     for p in report["published"]:
         pub = p["published"]
         c = p["costs"]
-        base = " / ".join(_fmt(c.get(k)) for k in BASELINES)
+        base = " / ".join(fmt(c.get(k)) for k in BASELINES)
         if pub:
             base += f" ({pub['forward']} / {pub['reverse']} / {pub['markowitz']})"
         p_rows.append([p["task"], f"{p['intermediates']} ({pub['intermediates'] if pub else 'n/a'})", base,
-                       f"{_fmt(p['best_baseline'])} ({pub['best_baseline'] if pub else 'n/a'})"]
-                      + [f"{_fmt(p['ratios'].get(m))} ({_fmt(c.get(m))})" for m in ours]
-                      + [_fmt(pub["ppo_ratio"]) if pub else "n/a", _fmt(pub["alphazero_ratio"]) if pub else "n/a"])
+                       f"{fmt(p['best_baseline'])} ({pub['best_baseline'] if pub else 'n/a'})"]
+                      + [f"{fmt(p['ratios'].get(m))} ({fmt(c.get(m))})" for m in ours]
+                      + [fmt(pub["ppo_ratio"]) if pub else "n/a", fmt(pub["alphazero_ratio"]) if pub else "n/a"])
     if report["published"]:
-        gm = ["geometric mean", "", "", ""] + [_fmt(geomean([p["ratios"].get(m) for p in report["published"]]))
+        gm = ["geometric mean", "", "", ""] + [fmt(geomean([p["ratios"].get(m) for p in report["published"]]))
                                                for m in ours]
-        gm += [_fmt(geomean([p["published"]["ppo_ratio"] for p in report["published"] if p["published"]])),
-               _fmt(geomean([p["published"]["alphazero_ratio"] for p in report["published"] if p["published"]]))]
+        gm += [fmt(geomean([p["published"]["ppo_ratio"] for p in report["published"] if p["published"]])),
+               fmt(geomean([p["published"]["alphazero_ratio"] for p in report["published"] if p["published"]]))]
         p_rows.append(gm)
     out["published"] = (p_head, p_rows)
     j_cols = ["jacfwd", "jacrev", "fwd", "rev", "markowitz", "best"]
@@ -820,9 +633,9 @@ def render_markdown(report: dict, tabs: dict) -> str:
          f"{report['dataset']['rows_evaluated']} evaluated"
          + (f" (at most {cfg['limit']} per family)" if cfg["limit"] is not None else "")
          + (f"; families {', '.join(cfg['families'])}" if cfg["families"] else "")
-         + (f" (the examples shipped in the package, split as `python -m data_gen build` splits them: "
-            f"heldout = the published tasks, train/validation = the rest of the zoo, which a dataset built "
-            f"with the default `--zoo all` trains on)" if cfg["data"] is None else ""),
+         + (" (the examples shipped in the package, split as `python -m data_gen build` splits them: "
+            "heldout = the published tasks, train/validation = the rest of the zoo, which a dataset built "
+            "with the default `--zoo all` trains on)" if cfg["data"] is None else ""),
          f"* seed {cfg['seed']}; budgets {', '.join(f'{b:g} s' for b in cfg['budgets'])}; methods "
          f"{', '.join(report['methods'])}; network-free search with {cfg['search_simulations']} simulations "
          f"per move and the uniform prior",
@@ -839,7 +652,7 @@ def render_markdown(report: dict, tabs: dict) -> str:
         L += ["Jacobian of each published task's cheapest order against `jax.jacrev` "
               f"(float32, rtol {JAC_RTOL:g}, atol {JAC_ATOL:g} x max(1, max |J|)):", "",
               md_table(["task", "order (method)", "multiplications", "status", "detail"],
-                       [[j["task"], j["method"], _fmt(j.get("cost")), j["status"], j["detail"]]
+                       [[j["task"], j["method"], fmt(j.get("cost")), j["status"], j["detail"]]
                         for j in report["jacobian_checks"]]), ""]
     L += ["## Summary", "", "Geometric means over the graphs where the method succeeded "
           "(`ok` of `graphs`); `beats best baseline` counts graphs with a ratio below 1.", "",
@@ -850,9 +663,6 @@ def render_markdown(report: dict, tabs: dict) -> str:
               "published ones (Lohoff & Neftci, NeurIPS 2024; `eval/published.py`) to the published best "
               "baseline on the published graph, so the ratios compare although graphs and cost models "
               "differ.", "", md_table(*tabs["published"]), ""]
-    L += ["## Targets of the open issues (13, 14)", "", "Measured from this report's records (`eval/targets.py`); "
-          "`not measured` where this run lacks the methods, budgets or graphs a target needs.", "",
-          md_table(*targets.table(report["targets"])), ""]
     L += ["## Per graph", "", "Multiplications (ratio to the best baseline); files `per_graph.csv` "
           "(wide) and `per_graph_long.csv` (one row per graph and method).", "",
           md_table(*tabs["per_graph"]) if tabs["per_graph"][1] else "No graph evaluated.", ""]
@@ -895,8 +705,6 @@ def environment() -> dict:
 
 
 def write_report(report: dict, out: str) -> None:
-    from eval import plots
-
     os.makedirs(out, exist_ok=True)
     tabs = tables(report)
     for name in ("per_graph", "per_graph_long", "summary", "published", "jacobian_runtime", "failures"):
@@ -969,7 +777,7 @@ def run(config: EvalConfig) -> tuple[dict, int]:
     dataset_info["families_evaluated"] = {f: sum(r["family"] == f for r in rows)
                                           for f in dict.fromkeys(r["family"] for r in rows)}
 
-    if rows and ({"zero-shot", "agent"} & set(config.methods)):
+    if rows and any(METHODS[k].needs_model for k in config.methods):
         try:
             ctx.agent = load_agent(config.model)
             model_info["params_sha256"] = params_digest(ctx.agent)
@@ -1058,7 +866,6 @@ def run(config: EvalConfig) -> tuple[dict, int]:
         "records": records,
         "summary": summary,
         "published": published,
-        "targets": targets.evaluate(records),
         "jacobian_runtime": jac_runtime,
         "failures": failures,
         "evaluated_ok": sum(1 for r in records if r.get("status") == "ok"),
@@ -1077,14 +884,3 @@ def _cost_of(records, row, method):
             return r.get("cost")
     return None
 
-
-def command_line(argv) -> str:
-    """The command as the report shows it: absolute paths inside the repository made
-    relative to its root (:func:`display_path`), so it reruns from the root anywhere."""
-    def arg(a: str) -> str:
-        if a.startswith("--") and "=" in a:
-            opt, _, val = a.partition("=")
-            return f"{opt}={display_path(val)}"
-        return display_path(a)
-
-    return "python -m eval" + ("" if not argv else " " + shlex.join(arg(a) for a in argv))

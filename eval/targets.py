@@ -1,5 +1,7 @@
-"""The targets of the open issues (13: the network alone; 14: the agent), measured from
-an evaluation's records.
+"""A developer's command: the targets of issues 13 (the network alone) and 14 (the agent),
+both closed, judged on the records of ``python -m eval`` runs. The report itself no
+longer shows them; the generated results blocks ``xl-seeds`` and ``random-seeds`` are made
+by this command.
 
 Each target is ``met``, ``missed`` or ``not measured`` (the run lacks the methods,
 budgets or graphs it needs), with the number it was judged on. Nothing here is typed in
@@ -21,6 +23,9 @@ import argparse
 import json
 import os
 import sys
+
+from eval.common import geomean, load_report, md_table, put_block
+from eval.readme_results import markers
 
 #: Issue 13: the network's greedy order alone (zero-shot), geometric mean / best baseline.
 ZERO_SHOT_BOUNDS = (("published", 0.92), ("random_heldout", 0.90), ("large", 0.95))
@@ -74,8 +79,6 @@ def _versus(records, kind: str, others, budget: float):
     """Geometric mean over (graph, seed) pairs of ``kind``'s cost / the cheapest of
     ``others``' costs (one kind or several) on the same graph at the same seed, all at
     ``budget``, and ``kind``'s records that had such a pair."""
-    from eval.report import geomean
-
     others = (others,) if isinstance(others, str) else others
     theirs = {}
     for other in others:
@@ -91,8 +94,6 @@ def _rounded(x):
 
 def evaluate(records: list[dict]) -> list[dict]:
     """Every target, judged on ``records`` (``report.json``'s ``records``)."""
-    from eval.report import geomean
-
     out, large = [], _large(records)
     for fam, bound in ZERO_SHOT_BOUNDS:
         rs = _ok(large, kind="zero-shot") if fam == "large" else _ok(records, kind="zero-shot", family=fam)
@@ -147,13 +148,6 @@ def evaluate(records: list[dict]) -> list[dict]:
     return out
 
 
-def table(rows: list[dict]) -> tuple[list, list]:
-    """``(header, rows)`` for :func:`eval.report.md_table`."""
-    return (["target", "measured", "status", "detail"],
-            [[r["target"], "-" if r["measured"] is None else str(r["measured"]), r["status"], r["detail"]]
-             for r in rows])
-
-
 def over_seeds(reports: list[dict]) -> tuple[list, list]:
     """``(header, rows)``: each target measured on each report (one seed each) and on all
     their records together, with the status and detail of the latter. The reports must
@@ -174,9 +168,6 @@ def over_seeds(reports: list[dict]) -> tuple[list, list]:
 
 
 def main(argv=None) -> int:
-    from eval.readme_results import load_report, markers, put_block
-    from eval.report import md_table
-
     p = argparse.ArgumentParser(prog="python -m eval.targets", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("report_dirs", nargs="+", help="output directories of `python -m eval` (each holding report.json)")

@@ -17,8 +17,9 @@ import safetensors.numpy
 
 import alphagrad as ag
 from alphagrad import engine, hub
-from alphagrad.agent import CONFIG_SIZE_LIMIT, Agent, OrderResult, init_params, model_config
-from alphagrad.card import is_model_card
+from alphagrad.agent import Agent, OrderResult
+from alphagrad.hub.card import is_model_card
+from alphagrad.hub.format import CONFIG_SIZE_LIMIT, init_params, model_config
 from alphagrad.inference import InferenceSettings
 from alphagrad.network import NetworkConfig, PolicyNet
 from test_baselines import small_scalar
@@ -36,7 +37,7 @@ def agent():
 
 @pytest.fixture(scope="module")
 def graph():
-    """Big enough for the network to play (more than baselines.EXACT_LIMIT intermediates)."""
+    """Big enough for the network to play (more than AnnealSettings().exact_limit intermediates)."""
     ex = ag.examples.get("RoeFlux_1d")
     return ag.trace(ex.fn, *ex.args)
 
@@ -247,7 +248,7 @@ def test_bad_model_configs_are_refused_with_the_reason(agent, tmp_path, changes,
     path = _saved(agent, tmp_path / "m", **changes)
     with pytest.raises(hub.NotAnAlphagradModelError, match=match) as info:
         ag.from_pretrained(str(path))
-    assert "as `alphagrad.agent.model_config` writes it" in str(info.value)
+    assert "as `alphagrad.hub.format.model_config` writes it" in str(info.value)
 
 
 def test_a_model_saved_before_encodings_encodes_its_graph_once(agent, tmp_path):
@@ -325,8 +326,9 @@ def test_hub_tool_runs_from_the_repository_root(agent, tmp_path):
 def test_greedy_order_is_the_networks_own_argmax_game(agent, graph):
     """greedy_order plays the network's most likely legal move at every step, from the
     function or its graph alike, and returns it as is (not the best baseline)."""
-    from alphagrad import policy
+    from alphagrad import features
     from alphagrad.evaluator import Evaluator
+    from alphagrad.player import embed
 
     order = agent.greedy_order(graph)
     assert sorted(order) == sorted(graph.intermediates)
@@ -335,15 +337,14 @@ def test_greedy_order_is_the_networks_own_argmax_game(agent, graph):
     # replay: at every state the chosen vertex is the argmax of the network's logits
     ev = Evaluator(graph)
     scale = max(min(ag.cost(graph, o) for o in ("fwd", "rev", ag.baselines.markowitz(graph))), 1)
-    inputs = policy.graph_inputs(graph, ev, scale)
-    h, _ = policy.embed(agent.net, agent.params, inputs)
+    inputs = features.graph_inputs(graph, ev, scale)
+    h, _ = embed(agent.net, agent.params, inputs)
     o = np.asarray(order, np.int64)
-    raw, _, _ = policy.observe_along(ev.initial, o, np.arange(len(o)), ev.compose, ev.join, ev.cost_table,
-                                        ev.entries)
+    raw, _, _ = features.observe_along(ev.initial, o, np.arange(len(o)), features.Tables.of(ev))
     for t, v in enumerate(order):
         legal = np.zeros(graph.num_vertices, bool)
         legal[o[t:]] = True
-        logits, _ = agent.net.apply(agent.params, h, policy.dynamic_features(raw[t], scale, jnp), legal,
+        logits, _ = agent.net.apply(agent.params, h, features.dynamic_features(raw[t], scale, jnp), legal,
                                     jnp.float32(t / len(o)), method=PolicyNet.decode)
         logits = np.where(legal, np.asarray(logits), -np.inf)
         assert logits[v] >= logits.max() - 1e-4 * max(1.0, abs(logits.max()))

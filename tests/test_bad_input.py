@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import alphagrad as ag
-from alphagrad import baselines, interpreter
+from alphagrad import baselines, interpreter, orders
 
 
 def f(x, W):
@@ -125,7 +125,7 @@ def test_every_reasonable_spelling_of_an_order_is_accepted(graph):
 
 
 def test_named_orders_match_the_baselines(graph):
-    for name, fn in baselines.BASELINES.items():
+    for name, fn in orders.BASELINES.items():
         assert ag.cost(graph, name) == ag.cost(graph, fn(graph))
     # "markowitz" is computed in the cost model it is scored in
     assert ag.cost(graph, "markowitz", convention="published") == \

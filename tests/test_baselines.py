@@ -13,6 +13,7 @@ import pytest
 
 import alphagrad as ag
 from alphagrad import baselines, engine
+from alphagrad.anneal import AnnealSettings, default_threads, temperatures
 from alphagrad.evaluator import Evaluator
 from data_gen import random_programs as rp
 
@@ -91,6 +92,28 @@ def test_anneal_never_worse_than_its_start_and_deterministic_with_iterations():
     assert ag.cost(g, baselines.anneal(g, budget_s=0.5, seed=0)) <= ag.cost(g, start)
 
 
+def test_annealing_climbs_when_hot_never_when_cold_and_beats_the_descent_alone():
+    """What annealing is for: the Metropolis rule takes dearer orders at a high
+    temperature (to leave a local optimum) and none near zero."""
+    for name in ("RoeFlux_1d", "RandomG"):
+        ex = ag.examples.get(name)
+        g = ag.trace(ex.fn, *ex.args)
+        ev = Evaluator(g)
+        descended = baselines.descend(g, "reverse")
+        start = np.asarray(descended, np.int64)  # a local optimum: most moves climb
+        c0 = ev.cost(start)
+        order, best = start.copy(), start.copy()
+        cur, best_cost, _ = ev.anneal(order, best, 300, 1e9, 1e9, seed=0)
+        assert cur == ev.cost(order) > c0 and best_cost == ev.cost(best) <= c0, name
+        order, costs = start.copy(), [c0]
+        for seed in range(100):  # move by move, near zero: never dearer
+            costs.append(ev.anneal(order, start.copy(), 1, 1e-9, 1e-9, seed=seed)[0])
+        assert costs == sorted(costs, reverse=True) and costs[-1] == ev.cost(order), name
+        # from the same start, annealing ends cheaper than the descent alone
+        annealed = baselines.anneal(g, iterations=3000, seed=0, threads=1, start="reverse")
+        assert ag.cost(g, annealed) < c0, name
+
+
 def test_anneal_chains_side_by_side_only_add_to_the_chain_of_its_seed():
     g = ag.trace(*_roeflux_1d())
     one = baselines.anneal(g, iterations=3000, seed=5, threads=1)
@@ -103,7 +126,8 @@ def test_anneal_chains_side_by_side_only_add_to_the_chain_of_its_seed():
     costs = {ag.cost(g, baselines.anneal(g, iterations=3000, seed=s, threads=1, start=start))
              for s in (5, 5 + 7919, 5 + 2 * 7919)}
     assert ag.cost(g, three) == min(costs)  # the best of the three seeds' chains
-    assert 1 <= baselines.default_threads() <= baselines.MAX_THREADS
+    assert 1 <= default_threads() <= AnnealSettings().max_threads
+    assert default_threads(AnnealSettings(max_threads=1)) == 1
 
 
 @pytest.mark.parametrize("threads,error,message", [(0, ValueError, "threads must be an int >= 1"),
@@ -223,7 +247,7 @@ def test_anneal_accepts_numpy_ints_and_zero_iterations(small):
     start = baselines.reverse(big)
     assert baselines.anneal(big, iterations=0, start=start) == start
     # a graph of at most EXACT_LIMIT intermediates is solved exactly, moves or not
-    assert len(small.intermediates) <= baselines.EXACT_LIMIT
+    assert len(small.intermediates) <= AnnealSettings().exact_limit
     optimum = ag.cost(small, baselines.optimal(small))
     assert ag.cost(small, baselines.anneal(small, iterations=0, start=baselines.reverse(small))) == optimum
     assert baselines.anneal(small, iterations=np.int64(50), seed=np.uint32(7)) == \
@@ -238,14 +262,32 @@ def _roeflux_1d():
 
 
 def test_anneal_runs_cold_on_small_graphs_and_on_few_moves_per_vertex_and_hot_otherwise():
-    cold, hot = baselines.COLD, baselines.HOT
+    s = AnnealSettings()
+    cold, hot = s.cold, s.hot
     cost = 1000 * 500  # 1000 multiplications per vertex on 500 vertices: no floor applies
-    assert baselines.temperatures(100_000, 100) == (cold[0] * 1000, cold[1] * 1000)
-    assert baselines.temperatures(cost, 500) == (hot[0] * 1000, hot[1] * 1000)
-    assert baselines.temperatures(cost, 500, moves=500 * baselines.FEW_MOVES) == (hot[0] * 1000, hot[1] * 1000)
-    assert baselines.temperatures(cost, 500, moves=500 * baselines.FEW_MOVES - 1) == (cold[0] * 1000, cold[1] * 1000)
-    mid = baselines.temperatures(275 * 1000, 275)  # halfway between COLD_UP_TO and HOT_FROM
+    assert temperatures(100_000, 100) == (cold[0] * 1000, cold[1] * 1000)
+    assert temperatures(cost, 500) == (hot[0] * 1000, hot[1] * 1000)
+    assert temperatures(cost, 500, moves=500 * s.few_moves) == (hot[0] * 1000, hot[1] * 1000)
+    assert temperatures(cost, 500, moves=500 * s.few_moves - 1) == (cold[0] * 1000, cold[1] * 1000)
+    mid = temperatures(275 * 1000, 275)  # halfway between cold_up_to and hot_from
     assert mid[0] == pytest.approx(1000 * (cold[0] * hot[0]) ** 0.5)
+
+
+def test_anneal_settings_default_to_the_measured_schedule_reach_the_search_and_are_checked(small):
+    s = AnnealSettings()
+    assert (s.exact_limit, s.late_margin, s.descent_share, s.start_share, s.max_threads) == (10, 0.95, 0.2, 0.25, 8)
+    # with no exact solve, zero moves from one start give that start back
+    start = baselines.reverse(small)
+    assert baselines.anneal(small, iterations=0, start=start, settings=AnnealSettings(exact_limit=0)) == start
+    assert temperatures(100_000, 100, settings=AnnealSettings(cold=(1.0, 0.5))) == (1000.0, 500.0)
+    with pytest.raises(TypeError, match="settings must be an AnnealSettings"):
+        baselines.anneal(small, iterations=1, settings={"exact_limit": 0})
+    with pytest.raises(ValueError, match="late_margin must be a share"):
+        AnnealSettings(late_margin=1.5)
+    with pytest.raises(ValueError, match="hot_from"):
+        AnnealSettings(cold_up_to=400, hot_from=150)
+    with pytest.raises(ValueError, match="max_threads must be an int >= 1"):
+        AnnealSettings(max_threads=0)
 
 
 def test_anneal_keeps_to_a_short_budget():
@@ -258,7 +300,7 @@ def test_anneal_keeps_to_a_short_budget():
         took = time.perf_counter() - t0
         assert sorted(order) == sorted(g.intermediates)
         # it may end early: once the descent that ends it converges
-        assert budget * (1 - baselines.DESCENT_SHARE) <= took < budget + 0.25, (budget, took)
+        assert budget * (1 - AnnealSettings().descent_share) <= took < budget + 0.25, (budget, took)
 
 
 def test_anneal_ends_where_no_vertex_moved_later_makes_the_order_cheaper():

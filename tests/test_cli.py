@@ -16,7 +16,8 @@ import pytest
 
 import alphagrad as ag
 from alphagrad import cli
-from alphagrad.agent import Agent, init_params, model_config
+from alphagrad.agent import Agent
+from alphagrad.hub.format import init_params, model_config
 from alphagrad.network import NetworkConfig, PolicyNet
 
 SOURCE = """\
@@ -132,6 +133,46 @@ def test_order_target_and_model_errors(src, tmp_path, capsys):
     assert code == 2 and "cannot load the model" in err and "does not exist" in err
 
 
+def test_order_traces_from_shapes_without_allocating(tmp_path, model, capsys):
+    """--args gives shapes: 400 GB of float32 traces (nothing is allocated) and gets an order."""
+    (tmp_path / "big.py").write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.tanh(jnp.sin(x) * x).sum()\n")
+    code, out, err = run_cli(["order", f"{tmp_path / 'big.py'}:f", "--args", "f32[100000000000]", "--model", model,
+                              "--budget", "0.2", "--json"], capsys)
+    assert code == 0, err
+    g = ag.trace(lambda x: jnp.tanh(jnp.sin(x) * x).sum(), jax.ShapeDtypeStruct((10**11,), jnp.float32))
+    assert json.loads(out)["cost"] == min(ag.cost(g, o) for o in ("fwd", "rev", "markowitz")) == 2 * 10**11
+
+
+def test_order_refuses_a_branch_chosen_by_argument_values_in_one_line(tmp_path, capsys):
+    (tmp_path / "branchy.py").write_text("import jax\nimport jax.numpy as jnp\n\n"
+                                         "def f(x):\n    return jax.lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x)\n")
+    code, _, err = run_cli(["order", f"{tmp_path / 'branchy.py'}:f", "--args", "f32[3]", "--model", "/nonexistent"],
+                           capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert re.search(r"^alphagrad order: error: cannot trace f: `cond` .*branchy.py:5.* depends on argument \[0\], "
+                     r"given as a shape only.*--args gives shapes, not values: from Python, "
+                     r"alphagrad.trace\(f, \*arrays\) takes the branch those arrays choose\n$", err), err
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"layers": 2}, r"missing \(\d+\): params/blocks_1/"),
+    ({"heads": 4}, r"shape mismatch \(\d+\): params/blocks_0/\S+ expected \(\d+, \d+\), got"),
+])
+def test_order_model_whose_weights_do_not_match_its_config(src, model, tmp_path, capsys, edit, message):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model, broken)
+    config = json.loads((broken / "config.json").read_text())
+    config["network"].update(edit)
+    (broken / "config.json").write_text(json.dumps(config))
+    code, _, err = run_cli(["order", f"{src}:f", "--args", "f32[3,4] f32[4]", "--model", str(broken)], capsys)
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"alphagrad order: error: cannot load the model {str(broken)!r}: The weights do not match "
+                          "the config (a different architecture or a damaged file): ")
+    assert re.search(message, err), err
+
+
 def test_a_file_can_import_its_neighbours_and_define_dataclasses(tmp_path, model, capsys):
     (tmp_path / "helpers.py").write_text("import jax.numpy as jnp\n\ndef act(x):\n    return jnp.tanh(x)\n")
     (tmp_path / "g.py").write_text(
@@ -178,10 +219,15 @@ def test_demo_unknown_example_lists_the_names(capsys):
 DEMO = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0", "--chain", "0"]
 
 
-def test_demo_checks_the_jacobian_and_passes(capsys):
+def test_demo_checks_the_jacobian_and_says_so(capsys):
     code, out, err = run_cli(DEMO, capsys)
     assert code == 0, err
-    assert "Jacobian of LennardJones_5 in the cheapest order above" in out and "vs jax.jacrev" in out
+    assert re.search(r"LennardJones_5: Jacobian in the cheapest order above \(\w+\) equals jax.jacrev's: max abs "
+                     r"difference \S+ on entries up to \S+, (under 1%|\d+%) of the tolerance \(float32: rtol=2e-04, "
+                     r"atol=2e-05 x max\(1, the largest \|entry\| of its output/input block\)\)\.", out), out
+    assert ("LennardJones_5: the cheapest order is the best classic order" in out
+            and "no model (--budget 0) and no annealing (--anneal 0) to compare" in out)
+    assert "... " not in out  # no summary line left under a listing that is not there
 
 
 def test_demo_fails_when_the_jacobian_is_wrong(monkeypatch, capsys):
@@ -194,6 +240,27 @@ def test_demo_fails_when_the_jacobian_is_wrong(monkeypatch, capsys):
     code, out, err = run_cli(DEMO, capsys)
     assert code == 1
     assert "differs from jax.jacrev beyond the tolerance" in err and "max abs difference 1.00e-02" in err
+    assert re.search(r"LennardJones_5: Jacobian in .* DIFFERS from jax.jacrev's: max abs difference 1.00e-02 .*x the "
+                     r"tolerance", out), out
+
+
+def test_demo_checks_the_chained_graph_too(monkeypatch, capsys):
+    """Each graph shown gets its check; a wrong Jacobian on the chained graph alone exits 1."""
+    real = ag.jacobian
+    calls = []
+
+    def wrong_on_the_second(f, order="rev", argnums=0, **kw):
+        calls.append(order)
+        jac = real(f, order, argnums=argnums, **kw)
+        bad = len(calls) == 2
+        return lambda *a: jax.tree_util.tree_map(lambda x: x * 2 if bad else x, jac(*a))
+    monkeypatch.setattr(ag, "jacobian", wrong_on_the_second)
+    argv = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0", "--chain", "2"]
+    code, out, err = run_cli(argv, capsys)
+    assert code == 1 and len(calls) == 2
+    assert "LennardJones_5: Jacobian in the cheapest order above" in out and "equals jax.jacrev's" in out
+    assert re.search(r"LennardJones_5 chained 2 times: Jacobian in .* DIFFERS from jax.jacrev's", out), out
+    assert "the Jacobian of LennardJones_5 chained 2 times computed in" in err and err.count("error:") == 1
 
 
 class MarkowitzAgent:
@@ -217,12 +284,15 @@ def test_demo_with_the_model_checks_the_models_order(monkeypatch, capsys):
     argv = ["demo", "--example", "LennardJones_5", "--anneal", "0", "--budget", "0.2", "--chain", "0"]
     code, out, err = run_cli(argv, capsys)
     assert code == 0, err
-    assert "Jacobian of LennardJones_5 in the model's order (test)" in out
+    assert "LennardJones_5: Jacobian in the model's order (found by test) equals jax.jacrev's" in out
+    assert re.search(r"LennardJones_5: the model's order \([\d,]+ multiplications\) is [\d.]+% (cheaper|dearer) "
+                     r"than the best classic order \(\w+, [\d,]+ multiplications\); no annealing to compare "
+                     r"\(--anneal 0\)\.", out), out
     assert seen[0].method == "test"  # the model's order is the one checked
     monkeypatch.setattr(ag, "jacobian", lambda f, order="rev", argnums=0, **kw:
                         lambda *a: jax.tree_util.tree_map(lambda x: -x, jax.jacrev(f, argnums=argnums)(*a)))
     code, _, err = run_cli(argv, capsys)
-    assert code == 1 and "the model's order (test)" in err
+    assert code == 1 and "the model's order (found by test)" in err
 
 
 def test_demo_puts_the_model_beside_annealing_at_the_same_budget_also_on_the_chained_example(monkeypatch, capsys):
@@ -231,22 +301,59 @@ def test_demo_puts_the_model_beside_annealing_at_the_same_budget_also_on_the_cha
     assert code == 0, err
     one = len(ag.trace(ag.examples.get("LennardJones_5").fn, *ag.examples.get("LennardJones_5").args).intermediates)
     assert out.count("anneal 0.2s") == 2 and out.count("model 0.2s") == 2  # the same budget, on both graphs
-    assert "LennardJones_5 chained 2 times" in out
-    chained = int(out.split("LennardJones_5 chained 2 times")[1].split(":")[1].split()[0])
+    assert "LennardJones_5 chained 2 times (each copy's inputs" in out
+    chained = int(re.search(r"LennardJones_5 chained 2 times.*?\nGraph \w+: \d+ inputs, (\d+) intermediates", out,
+                            re.S).group(1))
     assert chained > 2 * one
+    for title in ("LennardJones_5", "LennardJones_5 chained 2 times"):  # in words, on both graphs
+        assert re.search(rf"\n{title}: the model's order (ties with|is [\d.]+% (cheaper|dearer) than) annealing's "
+                         r"\([\d,]+ vs [\d,]+ multiplications; both given 0.2 s\) and (ties with|is [\d.]+% "
+                         r"(cheaper|dearer) than) the best classic order", out), out
+        assert f"\n{title}: Jacobian in the model's order (found by test) equals jax.jacrev's" in out
+    code, out, _ = run_cli(["demo", "--example", "LennardJones_5", "--budget", "0.2", "--anneal", "0.1",
+                            "--chain", "0"], capsys)
+    assert code == 0 and "; the model given 0.2 s, annealing 0.1 s)" in out
+    code, out, _ = run_cli(["demo", "--example", "LennardJones_5", "--budget", "0", "--anneal", "0.1",
+                            "--chain", "0"], capsys)
+    assert code == 0 and re.search(r"annealing's order \([\d,]+ multiplications\) .* the best classic order .*; "
+                                   r"no model to compare \(--budget 0\)\.", out), out
     for bad in ("-1", "x"):
         with pytest.raises(SystemExit) as info:
             cli.main(["demo", "--chain", bad])
         assert info.value.code == 2 and "argument --chain" in capsys.readouterr().err
 
 
-def test_jacobian_error():
+@pytest.mark.parametrize("cost, other, words", [
+    (398, 398, "ties with"), (93, 100, "is 7% cheaper than"), (104, 100, "is 4% dearer than"),
+    (1779, 1793, "is 0.8% cheaper than"), (10001, 10000, "is 0.01% dearer than"), (1, 0, "is dearer than"),
+])
+def test_comparisons_in_words(cost, other, words):
+    assert cli._compare(cost, other) == words
+
+
+def test_compare_jacobians():
     a = {"x": np.array([[1.0, 2.0], [3.0, np.nan]], np.float32)}
-    assert cli.jacobian_error(a, a) == (0.0, True)  # NaN where jacrev has NaN is equal
-    err, ok = cli.jacobian_error({"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}, a)
-    assert not ok and err == np.inf  # a number where jacrev has NaN is not
+    check = cli.compare_jacobians(a, a)  # NaN where jacrev has NaN is equal
+    assert check.ok and check.max_difference == 0.0 and check.used == 0.0 and check.scale == 3.0
+    assert check.dtypes == ("float32",)
+    check = cli.compare_jacobians({"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}, a)
+    assert not check.ok and check.max_difference == np.inf  # a number where jacrev has NaN is not
+    assert "a NaN or infinity where jacrev's entry differs" in check.describe("reverse")
     big = np.full(3, 1e6, np.float32)
-    assert cli.jacobian_error(big + 10.0, big)[1]  # within float32's relative tolerance
-    assert not cli.jacobian_error(big + 1e3, big)[1]
-    assert not cli.jacobian_error(np.ones(3, np.float32), np.ones(4, np.float32))[1]
-    assert not cli.jacobian_error((np.ones(2),), [np.ones(2)])[1]
+    check = cli.compare_jacobians(big + 10.0, big)
+    assert check.ok and check.max_difference == 10.0  # within float32's relative tolerance
+    assert check.used == pytest.approx(10.0 / (2e-5 * 1e6 + 2e-4 * 1e6))
+    check = cli.compare_jacobians(big + 1e3, big)
+    assert not check.ok and "DIFFERS" in check.describe("x") and "4.55x the tolerance" in check.describe("x")
+    # the absolute tolerance scales with each block's largest entry, not with the whole Jacobian's
+    small, large = np.full(2, 1e-3, np.float32), np.full(2, 1e3, np.float32)
+    assert not cli.compare_jacobians((small + 1e-3, large), (small, large)).ok
+    assert cli.compare_jacobians((small, large + 1e-3), (small, large)).ok
+    inf = np.array([np.inf, 1.0], np.float32)
+    assert cli.compare_jacobians(inf, inf).ok
+    check = cli.compare_jacobians(inf[::-1], inf)
+    assert not check.ok and check.max_difference == check.used == np.inf
+    check = cli.compare_jacobians(np.ones(3, np.float32), np.ones(4, np.float32))
+    assert not check.ok and "a block of shape (3,) where jacrev's has (4,)" in check.describe("x")
+    assert not cli.compare_jacobians((np.ones(2),), [np.ones(2)]).ok
+    assert "layout" in cli.compare_jacobians((np.ones(2),), [np.ones(2)]).describe("x")

@@ -159,6 +159,46 @@ def _two_outputs_jvp(primals, tangents):
     return two_outputs(x), (2.0 * t, jnp.zeros_like(t))
 
 
+#: A fixed non-symmetric matrix: a rule's Jacobian and its transpose differ.
+A = jnp.arange(16.0).reshape(4, 4) / 10.0 - jnp.eye(4)
+
+
+@jax.custom_vjp
+def reverse_cumsum_rule(x):
+    """cumsum, whose backward rule is the reversed cumsum of the cotangent (its transpose)."""
+    return jnp.cumsum(x)
+
+
+reverse_cumsum_rule.defvjp(lambda x: (jnp.cumsum(x), None), lambda _, g: (jnp.cumsum(g[::-1])[::-1],))
+
+
+@jax.custom_vjp
+def apply_a(x):
+    return A @ x
+
+
+apply_a.defvjp(lambda x: (A @ x, None), lambda _, g: (A.T @ g,))
+
+
+@jax.custom_vjp
+def matvec(W, x):
+    return W @ x
+
+
+matvec.defvjp(lambda W, x: (W @ x, (W, x)), lambda r, g: (jnp.outer(g, r[1]), r[0].T @ g))
+
+
+def test_custom_vjp_rules_with_non_symmetric_jacobians():
+    """A backward rule maps cotangents: its Jacobian is the transpose of the function's.
+    Elementwise rules are symmetric and cannot tell the two apart; these can."""
+    x = jnp.array([0.3, -1.0, 2.0, 0.5])
+    np.testing.assert_allclose(ag.jacobian(reverse_cumsum_rule, "rev")(x), np.tril(np.ones((4, 4))))
+    np.testing.assert_allclose(ag.jacobian(apply_a, "fwd")(x), A)
+    _check(reverse_cumsum_rule, x)
+    _check(lambda x: jnp.sin(apply_a(jnp.cos(x))), x)
+    _check(matvec, A[:3], x, argnums=(0, 1))
+
+
 def test_straight_through_estimator():
     x = jnp.array([0.2, 1.7, -2.4])
     _check(lambda x: jnp.sin(straight_through_round(x) * x), x)

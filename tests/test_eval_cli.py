@@ -10,6 +10,7 @@ import os
 import pytest
 
 from eval import __main__ as cli
+from eval import common as C
 from eval import readme_results as RR
 from eval import report as R
 
@@ -72,10 +73,10 @@ def test_data_that_is_a_file_is_reported(tmp_path):
 
 
 def test_paths_inside_the_repository_are_recorded_relative_to_it(tmp_path):
-    inside = os.path.join(R.REPO_ROOT, "eval", "results", "x")
+    inside = os.path.join(C.REPO_ROOT, "eval", "results", "x")
     outside = str(tmp_path / "data")
-    assert R.command_line(["--out", inside, "--data", outside, f"--train-data={inside}", "--budgets", "5"]) == (
+    assert cli.command_line(["--out", inside, "--data", outside, f"--train-data={inside}", "--budgets", "5"]) == (
         f"python -m eval --out eval/results/x --data {outside} --train-data=eval/results/x --budgets 5")
-    assert R.display_path(inside) == "eval/results/x" and R.display_path("data/v1") == "data/v1"
-    assert R.display_path(os.path.dirname(R.REPO_ROOT)) == os.path.dirname(R.REPO_ROOT)
-    assert R.display_path(None) is None
+    assert C.display_path(inside) == "eval/results/x" and C.display_path("data/v1") == "data/v1"
+    assert C.display_path(os.path.dirname(C.REPO_ROOT)) == os.path.dirname(C.REPO_ROOT)
+    assert C.display_path(None) is None

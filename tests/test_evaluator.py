@@ -99,6 +99,38 @@ def test_anneal_is_deterministic_and_returns_early_when_the_optimum_is_proven():
     assert ag.cost(small, order) == ag.cost(small, baselines.optimal(small))
 
 
+def test_state_key_hashes_every_edge_with_its_structure():
+    """Annealing, the descent and the exact search take two states with equal keys for
+    the same edges with the same structures: a key must change with any edge's structure,
+    and not with the order the edges are stored in."""
+    from alphagrad import evaluator as E
+    from alphagrad.evaluator import State
+
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    ev = Evaluator(g)
+    V, n_structures = g.num_vertices, len(ev.tables.structures)
+    key = lambda src, dst, sid: State(E.new_state(V, src, dst, sid, 64)).key
+    src, dst, sid = ev.edge_arrays
+    k0 = key(src, dst, sid)
+    assert k0 == ev.new_state().key
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(len(src))
+    assert key(src[perm], dst[perm], sid[perm]) == k0
+    for e in rng.choice(len(src), 8, replace=False):
+        other = sid.copy()
+        other[e] = (sid[e] + 1) % n_structures
+        assert key(src, dst, other) != k0, e  # the same edges, one structure changed
+        dropped = np.arange(len(src)) != e
+        assert key(src[dropped], dst[dropped], sid[dropped]) != k0, e  # one edge fewer
+    state = ev.new_state()  # kept up to date along an order: the key of what remains
+    for v in rng.permutation(g.intermediates)[:30]:
+        ev.step(state, v)
+        remaining = state.edges()
+        arrays = (np.asarray(list(col), np.int64) for col in zip(*[(i, k, s) for (i, k), s in remaining.items()]))
+        assert state.key == key(*arrays)
+
+
 def _undo_restores_every_prefix_state(g, seed):
     """Eliminating an order with an undo log, then undoing back to any position, gives the
     state (edges, structures, hash) of eliminating that prefix from scratch, and eliminating

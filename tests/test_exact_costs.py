@@ -194,3 +194,27 @@ def test_readme_costs_of_the_published_tasks(name):
     assert ag.cost(g, baselines.markowitz(g, "exact")) == exact[2]
     assert tuple(ag.cost(g, o, convention="published") for o in ("fwd", "rev")) == pub[:2]
     assert ag.cost(g, baselines.markowitz(g, "published"), convention="published") == pub[2]
+
+
+# ------------------------------------------------------------------ tensor programs
+#: Exact forward / reverse / Markowitz multiplications of the zoo's tensor programs
+#: (convolution, ray-sphere shading, attention): a structure that allows more entries than
+#: its Jacobian has (a diagonal stored dense) leaves every Jacobian right and raises these
+#: by orders of magnitude (RaySphere_32 forward: 114,700 -> 3.3e9), which the scalar
+#: graphs above cannot see.
+TENSOR_COSTS = {
+    "ConvLayer_8": (70144, 14080, 56320),
+    "ConvLayer_16": (2714112, 149504, 2172928),
+    "RaySphere_8": (7180, 2688, 3020),
+    "RaySphere_32": (114700, 43008, 48140),
+    "MultiHeadAttention_h2": (492032, 310784, 435904),
+    "MultiHeadAttention_h4": (9330688, 9158656, 7858688),
+}
+
+
+@pytest.mark.parametrize("name", list(TENSOR_COSTS))
+def test_exact_costs_of_the_tensor_programs(name):
+    ex = ag.examples.get(name)
+    g = ag.trace(ex.fn, *ex.args)
+    got = (ag.cost(g, "fwd"), ag.cost(g, "rev"), ag.cost(g, baselines.markowitz(g)))
+    assert got == TENSOR_COSTS[name]

@@ -1,4 +1,4 @@
-"""alphagrad.hub and alphagrad.card: saving, loading (local directories and the Hugging Face
+"""alphagrad.hub (its format, files and card): saving, loading (local directories and the Hugging Face
 cache, offline), error messages, push_to_hub's dry run, push_folder and the model card. No
 test touches the network: Hub access is either offline mode or a monkeypatched function."""
 
@@ -22,7 +22,6 @@ from huggingface_hub.errors import (
 from safetensors import safe_open
 
 from alphagrad import hub
-from alphagrad.card import is_model_card
 from alphagrad.hub import (
     CARD_NAME,
     CONFIG_NAME,
@@ -41,6 +40,7 @@ from alphagrad.hub import (
     push_folder,
     save_files,
 )
+from alphagrad.hub.card import is_model_card
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 EVALUATION = "| function | alphagrad | reverse |\n| --- | --- | --- |\n| f | 10 | 12 |\n"
@@ -227,7 +227,7 @@ def test_hub_errors_are_explained(monkeypatch, hf_cache, error, expected):
         if error is LocalEntryNotFoundError:
             raise error("connection error")
         raise error("404 Client Error", response=response)
-    monkeypatch.setattr(hub, "hf_hub_download", fake_download)
+    monkeypatch.setattr(hub.files, "hf_hub_download", fake_download)
     with pytest.raises(ModelLoadError) as info:
         Dummy.from_pretrained("org/name", revision="v9")
     for text in expected:

@@ -7,9 +7,10 @@ import time
 import pytest
 
 import alphagrad as ag
+from alphagrad import inference
 from alphagrad.evaluator import Evaluator
 from alphagrad.inference import InferenceSettings, find_order
-from alphagrad.policy import ControlPlayer
+from alphagrad.player import ControlPlayer
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_recor
 
 
 def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_default(graph, monkeypatch):
-    from alphagrad import baselines
+    from alphagrad import anneal, baselines
 
     calls = []
     real = baselines.anneal
@@ -58,7 +59,7 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
         calls.append(kw)
         return real(g, **kw)
 
-    monkeypatch.setattr(baselines, "anneal", spy)
+    monkeypatch.setattr(inference, "anneal", spy)
     player = ControlPlayer("markowitz", graph, _scale(graph), Evaluator(graph))
     r = find_order(graph, lambda *a, **k: player, 0.4, 0, InferenceSettings(samples=0, opening=0.5))
     n = len(graph.intermediates)
@@ -74,7 +75,7 @@ def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_defau
     ev = Evaluator(graph)
     orders = [baselines.forward(graph), baselines.reverse(graph), ev.markowitz()]
     for threads in (2, 4):
-        monkeypatch.setattr(baselines, "default_threads", lambda: threads)
+        monkeypatch.setattr(anneal, "default_threads", lambda settings=None: threads)
         calls.clear()
         find_order(graph, lambda *a, **k: player, 0.2, 0)
         assert [list(map(int, o)) for o in calls[0]["start"]] == [list(map(int, o)) for o in orders]
@@ -127,7 +128,7 @@ def test_the_networks_order_reaches_annealing_as_a_late_start(graph, monkeypatch
         return real(g, late=watched if late is not None else None, **kw)
 
     good = real(graph, iterations=20000, seed=1)
-    monkeypatch.setattr(baselines, "anneal", spy)
+    monkeypatch.setattr(inference, "anneal", spy)
     r = find_order(graph, lambda *a, **k: _Fixed(good), 0.5, 0, InferenceSettings(samples=0))
     assert handed == [[good]] and r.cost <= ag.cost(graph, good)
     handed.clear()
@@ -151,7 +152,7 @@ def test_history_tells_annealing_from_the_networks_order_apart(graph, monkeypatc
             time.sleep(0.001)
         return better, {"late": from_late}
 
-    monkeypatch.setattr(baselines, "anneal", fake)
+    monkeypatch.setattr(inference, "anneal", fake)
     r = find_order(graph, lambda *a, **k: _Fixed(good), 0.3, 0, InferenceSettings(samples=0))
     stage = "anneal from the network's order" if from_late else "anneal"
     assert r.order == better and r.method == stage and [h[2] for h in r.history][-2:] == ["network greedy", stage]
@@ -180,7 +181,7 @@ def test_sampling_stops_once_annealing_beats_every_order_the_network_played(grap
             Counting.plays += 1
             return super().play(temperature, seed)
 
-    monkeypatch.setattr(baselines, "anneal", fake)
+    monkeypatch.setattr(inference, "anneal", fake)
     find_order(graph, lambda *a, **k: Counting(good), 1.0, 0, InferenceSettings(samples=8, sample_fraction=1.0))
     if cheaper:  # the greedy order, and at most one sample begun before the report
         assert Counting.plays <= 2
@@ -235,7 +236,7 @@ def test_ctrl_c_during_annealing_returns_the_best_complete_order_with_a_warning(
         raise KeyboardInterrupt
 
     good = baselines.anneal(graph, iterations=20000, seed=1)
-    monkeypatch.setattr(baselines, "anneal", interrupted)
+    monkeypatch.setattr(inference, "anneal", interrupted)
     with pytest.warns(UserWarning, match="interrupted"):
         r = find_order(graph, lambda *a, **k: _Fixed(good), 5.0, 0, InferenceSettings(samples=0))
     assert r.cost == ag.cost(graph, r.order) == ag.cost(graph, good) and r.method == "network greedy"

@@ -260,6 +260,47 @@ def test_chunked_path_equals_single_jit(monkeypatch, order):
     assert not isinstance(interpreter._large(g, order, None), interpreter._Chunked)
 
 
+def _products_per_vertex(graph, order):
+    """The products eliminating each vertex issues (predecessors x successors at its
+    turn), by plain vertex elimination on the edge set."""
+    preds = {v: set() for v in range(graph.num_vertices)}
+    succs = {v: set() for v in range(graph.num_vertices)}
+    for e in graph.edges:
+        preds[e.dst].add(e.src)
+        succs[e.src].add(e.dst)
+    products = {}
+    for j in order:
+        products[j] = len(preds[j]) * len(succs[j])
+        for i in preds[j]:
+            succs[i] |= succs[j]
+            succs[i].discard(j)
+        for k in succs[j]:
+            preds[k] |= preds[j]
+            preds[k].discard(j)
+        preds[j], succs[j] = set(), set()
+    return products
+
+
+@pytest.mark.parametrize("max_products", [1, 40, 300])
+def test_chunks_hold_at_most_max_products_or_one_vertex(max_products):
+    """Each chunk takes the order's next vertices while their products fit: at most
+    ``max_products`` (or a single vertex that alone has more), and no fewer than fit."""
+    from alphagrad import interpreter
+
+    ex = ag.examples.get("RoeFlux_1d")
+    g = ag.trace(ex.fn, *ex.args)
+    order = [int(v) for v in np.random.default_rng(1).permutation(g.intermediates)]
+    products = _products_per_vertex(g, order)
+    chunks, _ = interpreter._plan(g, order, max_products)
+    assert [v for c in chunks for v in c.order] == order
+    sums = [sum(products[v] for v in c.order) for c in chunks]
+    for c, total in zip(chunks, sums):
+        assert total <= max_products or len(c.order) == 1, (c.order, total)
+    for total, following in zip(sums, chunks[1:]):  # each closed only when the next vertex did not fit
+        assert total + products[following.order[0]] > max_products
+    assert len(chunks) > 1
+
+
 _PEAK_SCRIPT = """
 import resource, sys, time
 import jax, numpy as np

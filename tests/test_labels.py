@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 import alphagrad as ag
+import alphagrad.anneal
 from alphagrad import baselines
 from alphagrad.evaluator import Evaluator, move_deltas
 from data_gen import labels as L
@@ -119,7 +120,7 @@ def test_label_row_targets_are_the_best_moves_and_the_cost_to_go(graph, annealed
     inter = list(g.intermediates)
     n = len(inter)
     if not annealed:
-        monkeypatch.setattr(baselines, "anneal", lambda graph, iterations, seed, threads: list(
+        monkeypatch.setattr(alphagrad.anneal, "anneal", lambda graph, iterations, seed, threads: list(
             np.random.default_rng(seed).permutation(graph.intermediates)))
     row = L.label_graph(g, CONFIG)
     best = min(ev.cost(inter), ev.cost(inter[::-1]), ev.cost(ev.markowitz()))

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from alphagrad import policy
-from alphagrad.agent import init_params
+from alphagrad import features
+from alphagrad.hub.format import init_params
 from alphagrad.network import NetworkConfig, PolicyNet, decoder_weights, policy_loss
 
 NET = PolicyNet(NetworkConfig(dim=16, heads=2, layers=1))
@@ -30,7 +30,7 @@ _decode = jax.jit(lambda p, h, dyn, legal, progress: NET.apply(p, h, dyn, legal,
 
 def _random_state(rng, V):
     h = rng.normal(size=(V, D)).astype(np.float32)
-    dyn = rng.normal(size=(V, policy.NUM_DYNAMIC)).astype(np.float32)
+    dyn = rng.normal(size=(V, features.NUM_DYNAMIC)).astype(np.float32)
     legal = rng.random(V) < 0.6
     legal[0] = True
     return h, dyn, legal
@@ -55,7 +55,7 @@ def test_a_vertexs_logit_reads_only_that_vertex_and_the_value_only_the_legal_one
     # illegal vertices: neither their features nor the mask move the legal logits or the value
     illegal = ~legal
     dyn3 = dyn.copy()
-    dyn3[illegal] = rng.normal(size=(illegal.sum(), policy.NUM_DYNAMIC))
+    dyn3[illegal] = rng.normal(size=(illegal.sum(), features.NUM_DYNAMIC))
     logits3, value3 = (np.asarray(x) for x in _decode(params, h, dyn3, legal, np.float32(0.3)))
     np.testing.assert_array_equal(logits3[legal], logits[legal])
     assert float(value3) == pytest.approx(float(value), abs=1e-6)
@@ -78,7 +78,7 @@ def test_decoder_weights_reproduce_the_decoders_logits(params):
     rng = np.random.default_rng(1)
     h, dyn, legal = _random_state(rng, 40)
     H1, Wd, W2, b2, w3, b3 = decoder_weights(params, h)
-    assert H1.shape == (40, D) and Wd.shape == (policy.NUM_DYNAMIC, D) and W2.shape == (D, D)
+    assert H1.shape == (40, D) and Wd.shape == (features.NUM_DYNAMIC, D) and W2.shape == (D, D)
     assert H1.dtype == np.float64 and isinstance(b3, float)
     ours = _gelu(_gelu(H1 + dyn.astype(np.float64) @ Wd) @ W2 + b2) @ w3 + b3
     logits, _ = _decode(params, h, dyn, legal, np.float32(0.5))
@@ -96,10 +96,10 @@ def test_parameters_do_not_depend_on_the_graphs_size(params):
     assert jax.tree_util.tree_map(np.shape, other) == shapes
     rng = np.random.default_rng(2)
     for V, E in [(7, 9), (300, 700)]:  # smaller and larger than init_params' example
-        static = rng.normal(size=(V, policy.NUM_STATIC)).astype(np.float32)
+        static = rng.normal(size=(V, features.NUM_STATIC)).astype(np.float32)
         src = rng.integers(0, V, E).astype(np.int32)
         dst = rng.integers(0, V, E).astype(np.int32)
-        edge = rng.normal(size=(E, policy.NUM_EDGE)).astype(np.float32)
+        edge = rng.normal(size=(E, features.NUM_EDGE)).astype(np.float32)
         h = _encode(params, static, src, dst, edge, jnp.int32(E), jnp.ones(V, bool))
         assert h.shape == (V, D) and np.isfinite(np.asarray(h)).all()
 
@@ -115,11 +115,11 @@ def _batch(rng, G=2, K=3, V=16, E=40):
     weight = np.ones((G, K), np.float32)
     weight[1, 2] = 0.0  # an empty state slot
     return {
-        "static": rng.normal(size=(G, V, policy.NUM_STATIC)).astype(np.float32),
+        "static": rng.normal(size=(G, V, features.NUM_STATIC)).astype(np.float32),
         "src": rng.integers(0, V, (G, E)).astype(np.int32), "dst": rng.integers(0, V, (G, E)).astype(np.int32),
-        "edge_features": rng.normal(size=(G, E, policy.NUM_EDGE)).astype(np.float32),
+        "edge_features": rng.normal(size=(G, E, features.NUM_EDGE)).astype(np.float32),
         "num_edges": np.asarray([E, E // 2], np.int32), "vmask": np.ones((G, V), bool),
-        "dynamic": rng.normal(size=(G, K, V, policy.NUM_DYNAMIC)).astype(np.float32), "legal": legal,
+        "dynamic": rng.normal(size=(G, K, V, features.NUM_DYNAMIC)).astype(np.float32), "legal": legal,
         "target": target, "regret": np.where(legal, rng.random((G, K, V)), 0.0).astype(np.float32),
         "value": rng.random((G, K)).astype(np.float32),
         "progress": rng.random((G, K)).astype(np.float32), "weight": weight,

@@ -40,14 +40,14 @@ def test_import_alphagrad_ignores_hub_eval_train_in_the_working_directory(tmp_pa
         import json, sys
         import alphagrad
         from alphagrad import from_pretrained          # the agent, which needs the hub code
-        import alphagrad.hub, alphagrad.card
+        import alphagrad.hub, alphagrad.hub.card
         agent = from_pretrained()                      # the bundled model, through alphagrad.hub
-        print(json.dumps({"hub": alphagrad.hub.__file__, "card": alphagrad.card.__file__,
+        print(json.dumps({"hub": alphagrad.hub.__file__, "card": alphagrad.hub.card.__file__,
                           "loaded": sorted(m for m in ("hub", "eval", "train", "data_gen") if m in sys.modules),
                           "max_vertices": agent.max_vertices}))
     """, cwd=tmp_path)
     package = Path(alphagrad.__file__).parent
-    assert Path(out["hub"]) == package / "hub.py" and Path(out["card"]) == package / "card.py"
+    assert Path(out["hub"]) == package / "hub" / "__init__.py" and Path(out["card"]) == package / "hub" / "card.py"
     assert out["loaded"] == [] and out["max_vertices"] > 0
     assert not marker.exists()
 

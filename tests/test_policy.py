@@ -1,5 +1,6 @@
-"""The network's side of the sparse elimination game (alphagrad.policy): what it observes
-of a graph and of a state, and the compiled rollout that plays its policy.
+"""The network's side of the sparse elimination game: what it observes of a graph and of
+a state (alphagrad.features), and the compiled rollout that plays its policy
+(alphagrad.player).
 
 * the compiled greedy rollout (re-scoring only the neighbours of each eliminated vertex)
   plays exactly the argmax of the JAX decoder recomputed on every whole state;
@@ -19,11 +20,12 @@ import numpy as np
 import pytest
 
 import alphagrad as ag
-from alphagrad import policy
-from alphagrad.agent import init_params
+from alphagrad import features
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import INPUT, INTERMEDIATE, OUTPUT
+from alphagrad.hub.format import init_params
 from alphagrad.network import NetworkConfig, PolicyNet
+from alphagrad.player import Player, _gelu, _tanh, embed, rollout
 from data_gen import random_programs as rp
 
 NET = PolicyNet(NetworkConfig(dim=32, heads=4, layers=2))
@@ -64,7 +66,7 @@ _encoder = jax.jit(lambda p, *a: NET.apply(p, *a, method=PolicyNet.encode))
 
 
 def _encode(params, inputs):
-    """The encoder on one graph's unpadded inputs (not through policy.embed)."""
+    """The encoder on one graph's unpadded inputs (not through player.embed)."""
     m = inputs["src"].shape[0]
     return _encoder(params, inputs["static"], inputs["src"], inputs["dst"], inputs["edge_features"],
                     jnp.int32(m), jnp.asarray(inputs["mask"]))
@@ -80,15 +82,15 @@ def _replayed_logits(params, g, ev, scale, order, encodings=1):
     moves."""
     n, V = len(order), g.num_vertices
     step = -(-n // encodings)
-    h = np.stack([np.asarray(_encode(params, policy.graph_inputs(g, ev, scale, order[:(t // step) * step])))
+    h = np.stack([np.asarray(_encode(params, features.graph_inputs(g, ev, scale, order[:(t // step) * step])))
                   for t in range(n)])
-    raw, _, flag = policy.observe_along(ev.initial, np.asarray(order, np.int64), np.arange(n), ev.compose,
-                                        ev.join, ev.cost_table, ev.entries)
+    raw, _, flag = features.observe_along(ev.initial, np.asarray(order, np.int64), np.arange(n),
+                                          features.Tables.of(ev))
     assert flag == 0
     legal = np.zeros((n, V), bool)
     for t in range(n):
         legal[t, order[t:]] = True
-    dyn = policy.dynamic_features(jnp.asarray(raw), jnp.full(n, scale), jnp)
+    dyn = features.dynamic_features(jnp.asarray(raw), jnp.full(n, scale), jnp)
     logits, value = _decode(params, h, dyn, jnp.asarray(legal), jnp.arange(n, dtype=jnp.float32) / n)
     assert logits.shape == (n, V) and value.shape == (n,)
     return np.where(legal, np.asarray(logits, np.float64), -np.inf)
@@ -109,7 +111,7 @@ def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name, enco
     ev = Evaluator(g)
     scale = _scale(g, ev)
     net = PolicyNet(dataclasses.replace(NET.config, encodings=encodings))
-    player = policy.Player(net, params, g, scale, ev)
+    player = Player(net, params, g, scale, ev)
     order = player.play()
     assert sorted(order) == sorted(g.intermediates)
     assert player.play(temperature=0.0, seed=123) == order  # greedy ignores the seed
@@ -125,10 +127,10 @@ def test_greedy_rollout_is_the_decoders_argmax_at_every_state(params, name, enco
             near_ties += 1
     assert near_ties <= max(1, len(order) // 20)
     # the order is the network's, not a fixed rule: another network plays another order
-    other = policy.Player(net, init_params(NET, jax.random.key(11)), g, scale, ev).play()
+    other = Player(net, init_params(NET, jax.random.key(11)), g, scale, ev).play()
     assert other != order
     if encodings > 1:  # the graph encoded anew is what the network plays on
-        assert policy.Player(NET, params, g, scale, ev).play() != order
+        assert Player(NET, params, g, scale, ev).play() != order
 
 
 def test_greedy_order_breaks_exact_ties_by_the_smallest_id(params):
@@ -137,7 +139,7 @@ def test_greedy_order_breaks_exact_ties_by_the_smallest_id(params):
     f = lambda a, b, c: (jnp.sin(jnp.cos(a)), jnp.sin(jnp.cos(b)), jnp.sin(jnp.cos(c)))
     g = ag.trace(f, 0.1, 0.2, 0.3)
     ev = Evaluator(g)
-    order = policy.Player(NET, params, g, 10.0, ev).play()
+    order = Player(NET, params, g, 10.0, ev).play()
     logits = _replayed_logits(params, g, ev, 10.0, order)
     for t, v in enumerate(order):
         top = np.flatnonzero(logits[t] == logits[t].max())
@@ -147,7 +149,7 @@ def test_greedy_order_breaks_exact_ties_by_the_smallest_id(params):
 
 def test_sampled_orders_are_valid_seeded_and_differ_across_seeds(params):
     g = GRAPHS["RoeFlux_1d"]()
-    player = policy.Player(NET, params, g, 100.0)
+    player = Player(NET, params, g, 100.0)
     orders = [player.play(temperature=1.0, seed=s) for s in range(5)]
     for o in orders:
         assert sorted(o) == sorted(g.intermediates) and len(set(o)) == len(o)
@@ -163,7 +165,7 @@ def test_play_from_a_prefix_goes_on_as_the_whole_game_would(params, name):
     play it is a valid completion; ``moves`` plays that many."""
     g = GRAPHS[name]()
     ev = Evaluator(g, "exact")
-    player = policy.Player(NET, params, g, _scale(g, ev), ev)
+    player = Player(NET, params, g, _scale(g, ev), ev)
     order = player.play()
     for t in (0, 1, 2, len(order) // 2, len(order) - 1, len(order)):
         assert order[:t] + player.play_from(order[:t]) == order
@@ -172,7 +174,7 @@ def test_play_from_a_prefix_goes_on_as_the_whole_game_would(params, name):
     rest = player.play_from(other)
     assert sorted(other + rest) == sorted(g.intermediates)
     assert player.play_from(other, temperature=1.0, seed=4) == player.play_from(other, temperature=1.0, seed=4)
-    many = policy.Player(PolicyNet(NetworkConfig(dim=32, heads=4, layers=2, encodings=2)), params, g, 1.0, ev)
+    many = Player(PolicyNet(NetworkConfig(dim=32, heads=4, layers=2, encodings=2)), params, g, 1.0, ev)
     with pytest.raises(ValueError, match="one encoding"):
         many.play_from(order[:2])
 
@@ -186,10 +188,10 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     ev = Evaluator(g)
     # a freshly initialised network's logits are nearly equal; spread them (a logit range
     # of about 8: they scale with the last layer's kernel), so that the temperature matters
-    raw = _replayed_logits(params, g, ev, 10.0, policy.Player(NET, params, g, 10.0, ev).play())[0]
+    raw = _replayed_logits(params, g, ev, 10.0, Player(NET, params, g, 10.0, ev).play())[0]
     sharp = jax.tree_util.tree_map(lambda x: x, params)
     sharp["params"]["logit"]["kernel"] = params["params"]["logit"]["kernel"] * (8.0 / np.ptp(raw[np.isfinite(raw)]))
-    player = policy.Player(NET, sharp, g, 10.0, ev)
+    player = Player(NET, sharp, g, 10.0, ev)
     n = len(g.intermediates)
     assert n >= 8
     logits = _replayed_logits(sharp, g, ev, 10.0, player.play())[0]
@@ -204,16 +206,16 @@ def test_sampled_first_moves_follow_the_softmax_of_the_logits(params, temperatur
     np.testing.assert_array_less(np.abs(freq - p), 4.5 * np.sqrt(p * (1 - p) / N) + 2e-3)
 
 
-@pytest.mark.parametrize("first", [policy.MODES, policy.STATIC_ABSOLUTE])
+@pytest.mark.parametrize("first", [features.MODES, features.STATIC_ABSOLUTE])
 def test_a_model_saved_before_the_sweep_or_absolute_costs_encodes_as_it_did(params, first):
     """An encoder of ``first`` static inputs (a model trained before the forward and
     reverse costs were inputs, or before the costs in multiplications) and of messages
     without the edge costs in multiplications is widened with zero weights on them: its
     embeddings, and so its orders, do not depend on them."""
     from alphagrad import network
-    from alphagrad.agent import widen
+    from alphagrad.hub.format import widen
 
-    assert network.DIRECTION_AT == policy.EDGE_ABSOLUTE  # messages: old edge features, direction, new ones
+    assert network.DIRECTION_AT == features.EDGE_ABSOLUTE  # messages: old edge features, direction, new ones
     dim = NET.config.dim
     narrow = jax.tree_util.tree_map(np.asarray, params)
     narrow["params"]["embed"]["kernel"] = narrow["params"]["embed"]["kernel"][:first]
@@ -221,22 +223,22 @@ def test_a_model_saved_before_the_sweep_or_absolute_costs_encodes_as_it_did(para
     assert blocks
     for b in blocks:
         for layer in ("ek", "ev"):
-            narrow["params"][b][layer]["kernel"] = narrow["params"][b][layer]["kernel"][:policy.EDGE_ABSOLUTE + 3]
+            narrow["params"][b][layer]["kernel"] = narrow["params"][b][layer]["kernel"][:features.EDGE_ABSOLUTE + 3]
     wide = widen(narrow, dim)
-    assert wide["params"]["embed"]["kernel"].shape == (policy.NUM_STATIC, dim)
+    assert wide["params"]["embed"]["kernel"].shape == (features.NUM_STATIC, dim)
     assert not wide["params"]["embed"]["kernel"][first:].any() and widen(wide, dim) is wide
     for b in blocks:
         for layer in ("ek", "ev"):
             kernel = wide["params"][b][layer]["kernel"]
-            assert kernel.shape[0] == policy.NUM_EDGE + 3 and not kernel[policy.EDGE_ABSOLUTE + 3:].any()
+            assert kernel.shape[0] == features.NUM_EDGE + 3 and not kernel[features.EDGE_ABSOLUTE + 3:].any()
     g = GRAPHS["RoeFlux_1d"]()
     ev = Evaluator(g)
-    x = policy.graph_inputs(g, ev, _scale(g, ev))
+    x = features.graph_inputs(g, ev, _scale(g, ev))
     moved = {**x, "static": x["static"].copy(), "edge_features": x["edge_features"].copy()}
     moved["static"][:, first:] += 3.0
-    moved["edge_features"][:, policy.EDGE_ABSOLUTE:] += 3.0
-    np.testing.assert_allclose(policy.embed(NET, wide, x)[0], policy.embed(NET, wide, moved)[0], rtol=1e-5)
-    assert not np.allclose(policy.embed(NET, params, x)[0], policy.embed(NET, params, moved)[0])
+    moved["edge_features"][:, features.EDGE_ABSOLUTE:] += 3.0
+    np.testing.assert_allclose(embed(NET, wide, x)[0], embed(NET, wide, moved)[0], rtol=1e-5)
+    assert not np.allclose(embed(NET, params, x)[0], embed(NET, params, moved)[0])
 
 
 @pytest.mark.parametrize("name,missing", [("RoeFlux_1d", 1), ("RoeFlux_1d", 4), ("RoeFlux_1d", 7), ("random_2", 1),
@@ -249,13 +251,13 @@ def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_absolute_cos
     frontier features too, or the pressure too, or the lookahead too) is widened with
     zero weights on them: the same logits, hence the same orders, as the narrow decoder,
     whose rollout never computes the lookahead, pressure, touch or growth it lacks."""
-    from alphagrad.agent import widen
+    from alphagrad.hub.format import widen
 
     dim = NET.config.dim
     narrow = jax.tree_util.tree_map(np.asarray, params)
     narrow["params"]["first"]["kernel"] = narrow["params"]["first"]["kernel"][:-missing]
     wide = widen(narrow, dim)
-    assert wide["params"]["first"]["kernel"].shape == (dim + policy.NUM_DYNAMIC, dim)
+    assert wide["params"]["first"]["kernel"].shape == (dim + features.NUM_DYNAMIC, dim)
     assert not wide["params"]["first"]["kernel"][-missing:].any()
     assert widen(wide, dim) is wide  # already wide: unchanged
     too_narrow = {"params": {**narrow["params"], "first": {**narrow["params"]["first"], "kernel": np.zeros((dim, dim))}}}
@@ -263,26 +265,26 @@ def test_a_model_saved_before_the_lookahead_pressure_frontier_touch_absolute_cos
     g = GRAPHS[name]()
     ev = Evaluator(g)
     scale = _scale(g, ev)
-    player = policy.Player(NET, wide, g, scale, ev)
+    player = Player(NET, wide, g, scale, ev)
     order = player.play()
-    H1, Wd, *rest = player.weights
-    assert Wd.shape[0] == policy.NUM_DYNAMIC
-    narrow_order, _, flag = ev.run(policy.rollout, player.inter, ev.compose, ev.join, ev.cost_table, ev.entries,
-                                   1.0 / player.scale, H1, Wd[:-missing], *rest, 0.0, 0, player.static, 0.0,
-                                   len(player.inter), np.zeros(0, np.int64))
+    Wd = player.weights[1]
+    assert Wd.shape[0] == features.NUM_DYNAMIC
+    decoder = player.decoder()._replace(Wd=Wd[:-missing])  # the narrow decoder's weights
+    narrow_order, _, flag = ev.run(rollout, player.inter, player.tables, decoder, 0.0, 0, len(player.inter),
+                                   np.zeros(0, np.int64))
     assert flag == 0 and [int(v) for v in narrow_order] == order
     # the features are what a trained weight reads: a non-zero one changes the play
     for row in range(-missing, 0):
         strong = jax.tree_util.tree_map(np.asarray, wide)
         strong["params"]["first"]["kernel"][row] = 50.0 * np.asarray(params["params"]["first"]["kernel"][0])
-        assert policy.Player(NET, strong, g, scale, ev).play() != order, row
+        assert Player(NET, strong, g, scale, ev).play() != order, row
 
 
 def test_player_on_a_graph_without_intermediates(params):
     g = ag.trace(lambda x: 2.0 * x, 1.0)
     if g.intermediates:
         pytest.skip("the graph has intermediates")
-    assert policy.Player(NET, params, g, 1.0).play() == []
+    assert Player(NET, params, g, 1.0).play() == []
 
 
 # ----------------------------------------------------------------------------------
@@ -301,7 +303,7 @@ def _direct_raw(ev, state, alive, V, touched=()):
     edges = state.edges()
     live = set(int(v) for v in alive)
     kept = np.asarray(ev.graph.kinds) != INTERMEDIATE
-    raw = np.zeros((V, policy.NUM_RAW), np.int64)
+    raw = np.zeros((V, features.NUM_RAW), np.int64)
 
     def after(u):
         s = State(copy_state(state.arrays))
@@ -332,17 +334,16 @@ def test_observe_equals_a_direct_computation_along_a_random_order(name):
     order = np.asarray(np.random.default_rng(7).permutation(g.intermediates), np.int64)
     n = len(order)
     positions = np.unique(np.r_[0, np.random.default_rng(8).choice(n, 10), n - 1, n])
-    along, to_go, flag = policy.observe_along(ev.initial, order, positions, ev.compose, ev.join, ev.cost_table,
-                                                    ev.entries)
-    assert flag == 0 and along.shape == (len(positions), V, policy.NUM_RAW) and to_go.shape == (len(positions),)
+    along, to_go, flag = features.observe_along(ev.initial, order, positions, features.Tables.of(ev))
+    assert flag == 0 and along.shape == (len(positions), V, features.NUM_RAW) and to_go.shape == (len(positions),)
     state = ev.new_state()
     steps = []
     expected = {}
     touched = set()  # the last eliminated vertex's neighbours, before it went
     for t in range(n + 1):
         if t in positions:
-            raw = policy.observe(state.arrays, order[t:], ev.compose, ev.join, ev.cost_table, ev.entries,
-                                 np.asarray(sorted(touched), np.int64))
+            raw = features.observe(state.arrays, order[t:], features.Tables.of(ev),
+                                   np.asarray(sorted(touched), np.int64))
             direct = _direct_raw(ev, state, order[t:], V, touched)
             np.testing.assert_array_equal(raw, direct, err_msg=f"position {t}")
             expected[t] = direct
@@ -384,7 +385,7 @@ def test_observe_is_exact_where_costs_saturate():
         state = ev.new_state()
         for t in range(len(order)):
             s, alive = state.arrays, set(order[t:].tolist())
-            raw = policy.observe(s, order[t:], ev.compose, ev.join, C, ev.entries, np.zeros(0, np.int64))
+            raw = features.observe(s, order[t:], features.Tables.of(ev), np.zeros(0, np.int64))
             for v in order[t:]:
                 preds, succs = ev._neighbours(s, int(v))
                 nb = [u for u, _ in preds + succs if u in alive]
@@ -415,8 +416,7 @@ def test_growth_shows_a_free_move_that_makes_an_edge_dense():
     for v in order[:2]:
         ev.step(state, int(v))
     v = int(order[2])
-    raw = policy.observe(state.arrays, order[2:], ev.compose, ev.join, ev.cost_table, ev.entries,
-                         np.zeros(0, np.int64))
+    raw = features.observe(state.arrays, order[2:], features.Tables.of(ev), np.zeros(0, np.int64))
     assert raw[v, 0] == 0 and raw[v, 3] == 0 and raw[v, 8] > 0
     after = State(copy_state(state.arrays))
     ev.step(after, v)
@@ -430,13 +430,13 @@ def test_the_rollouts_gelu_is_the_networks():
     tanh-GELU to float32's precision (relative to the input's size), far out in both
     tails and at 0, and so within float32 rounding of ``jax.nn.gelu`` itself."""
     x = np.concatenate([np.linspace(-40.0, 40.0, 8001), [0.0, 1e-12, -1e-12, 7.9, 8.0, -8.0]])
-    ours = np.array([policy._gelu(v) for v in x])
+    ours = np.array([_gelu(v) for v in x])
     exact = 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
     assert np.all(np.abs(ours - exact) <= 2e-7 * np.maximum(1.0, np.abs(x)))
     network = np.asarray(jax.nn.gelu(jnp.asarray(x, jnp.float32), approximate=True), np.float64)
     assert np.all(np.abs(ours - network) <= 4e-7 * np.maximum(1.0, np.abs(x)))
-    t = np.array([policy._tanh(v) for v in x])
-    assert np.abs(t - np.tanh(x)).max() < 5e-7 and policy._tanh(0.0) == 0.0
+    t = np.array([_tanh(v) for v in x])
+    assert np.abs(t - np.tanh(x)).max() < 5e-7 and _tanh(0.0) == 0.0
 
 
 def test_dynamic_features_are_the_same_in_numpy_and_jax():
@@ -444,19 +444,20 @@ def test_dynamic_features_are_the_same_in_numpy_and_jax():
                        [1000, 7, 9, 90, -20, 2, 3, 1, 1045504]],
                       [[2, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0], [3, 1, 1, 5, 7, 1, 1, 0, 3]]], np.int64)
     scale = np.asarray([10.0, 100.0])
-    a = policy.dynamic_features(raw, scale)
-    b = np.asarray(policy.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
-    assert a.shape == (2, 3, policy.NUM_DYNAMIC) and a.dtype == np.float32
+    a = features.dynamic_features(raw, scale)
+    b = np.asarray(features.dynamic_features(jnp.asarray(raw), jnp.asarray(scale), jnp))
+    assert a.shape == (2, 3, features.NUM_DYNAMIC) and a.dtype == np.float32
     np.testing.assert_allclose(a, b, rtol=1e-6)
-    u = policy.LOG_UNIT
+    u = features.LOG_UNIT
     np.testing.assert_allclose(a[0, 2], [np.log1p(100.0), np.log1p(7), np.log1p(9), np.log1p(63), 0.0, np.log1p(9.0),
                                          -np.log1p(2.0), 2 / 7, 3 / 9, 1.0, np.log1p(1000) / u, np.log1p(90) / u,
                                          -np.log1p(20) / u, np.log1p(1045504) / u], rtol=1e-6)
-    assert a[0, 1, policy.GROWTH] == pytest.approx(-np.log1p(2048) / u)  # the growth keeps its sign
+    assert a[0, 1, features.GROWTH] == pytest.approx(-np.log1p(2048) / u)  # the growth keeps its sign
     # the same costs on another scale: the relative columns change, the absolute ones do not
-    np.testing.assert_allclose(policy.dynamic_features(raw, scale * 1e6)[..., policy.ABSOLUTE:], a[..., policy.ABSOLUTE:])
+    absolute = features.ABSOLUTE
+    np.testing.assert_allclose(features.dynamic_features(raw, scale * 1e6)[..., absolute:], a[..., absolute:])
     assert list(a[0, 1, 7:9]) == [0.0, 1.0] and list(a[1, 0, 7:9]) == [0.0, 0.0]  # shares of inputs and outputs
-    assert list(a[..., policy.RECENT].ravel()) == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # the last move touched it
+    assert list(a[..., features.RECENT].ravel()) == [0.0, 1.0, 1.0, 0.0, 0.0, 0.0]  # the last move touched it
     assert a[0, 1, 5] == pytest.approx(-np.log1p(0.3))  # the lookahead keeps its sign
     assert a[0, 0, 6] == pytest.approx(np.log1p(0.4)) and a[1, 2, 6] == pytest.approx(np.log1p(7 / 100))
     assert a[0, 0, 4] == 1.0 and a[1, 1, 4] == 1.0 and a[0, 1, 4] == 0.0  # free moves flagged
@@ -475,14 +476,14 @@ def test_graph_inputs_shapes_and_contents(name, done):
     inter = list(g.intermediates)
     order = [int(v) for v in np.random.default_rng(4).permutation(inter)]
     prefix, rest = order[:int(done * len(order))], sorted(order[int(done * len(order)):])
-    x = policy.graph_inputs(g, ev, scale, prefix)
+    x = features.graph_inputs(g, ev, scale, prefix)
     state = ev.new_state()
     for v in prefix:
         ev.step(state, v)
     edges = sorted(state.edges())  # (src, dst) pairs
     V, E = g.num_vertices, len(edges)
-    assert x["static"].shape == (V, policy.NUM_STATIC) and x["static"].dtype == np.float32
-    assert x["edge_features"].shape == (E, policy.NUM_EDGE) and x["edge_features"].dtype == np.float32
+    assert x["static"].shape == (V, features.NUM_STATIC) and x["static"].dtype == np.float32
+    assert x["edge_features"].shape == (E, features.NUM_EDGE) and x["edge_features"].dtype == np.float32
     assert x["src"].dtype == x["dst"].dtype == np.int32
     if not prefix:  # the traced graph's edges, in its order
         assert x["src"].tolist() == [e.src for e in g.edges] and x["dst"].tolist() == [e.dst for e in g.edges]
@@ -499,12 +500,12 @@ def test_graph_inputs_shapes_and_contents(name, done):
     direct = _direct_raw(ev, state, rest, V)
     np.testing.assert_allclose(s[:, 9], np.log1p(direct[:, 0] / scale), rtol=1e-5)  # cost now
     spent = ev.cost(prefix)  # the forward and reverse costs of what is left, the same on every vertex
-    np.testing.assert_allclose(s[alive, policy.MODES:policy.STATIC_ABSOLUTE], np.broadcast_to(
+    np.testing.assert_allclose(s[alive, features.MODES:features.STATIC_ABSOLUTE], np.broadcast_to(
         np.log1p([(ag.cost(g, prefix + rest) - spent) / scale, (ag.cost(g, prefix + rest[::-1]) - spent) / scale]),
         (alive.sum(), 2)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 5], np.log1p(np.bincount(x["dst"], minlength=V)), rtol=1e-6)
     np.testing.assert_allclose(s[:, 6], np.log1p(np.bincount(x["src"], minlength=V)), rtol=1e-6)
-    assert (s[:, 10:policy.MODES] >= 0).all() and (s[:, 10:policy.MODES] <= 1).all()  # depths, normalised
+    assert (s[:, 10:features.MODES] >= 0).all() and (s[:, 10:features.MODES] <= 1).all()  # depths, normalised
     assert (s[kinds == INPUT, 10] == 0).all() and (s[kinds == OUTPUT, 11] == 0).all()
     assert s[:, 10].max() == 1.0
     if not prefix:  # the traced graph's depths
@@ -516,8 +517,8 @@ def test_graph_inputs_shapes_and_contents(name, done):
     # a vertex's out-edges / in-edges, to the vertex's elimination cost
     edge = x["edge_features"].astype(np.float64)
     assert set(np.unique(edge[:, 0])) <= {0.0, 1.0}
-    u = policy.LOG_UNIT  # and the same in multiplications
-    np.testing.assert_allclose(s[:, policy.STATIC_ABSOLUTE], np.log1p(direct[:, 0]) / u, rtol=1e-5)
+    u = features.LOG_UNIT  # and the same in multiplications
+    np.testing.assert_allclose(s[:, features.STATIC_ABSOLUTE], np.log1p(direct[:, 0]) / u, rtol=1e-5)
     np.testing.assert_allclose(np.expm1(edge[:, 3] * u), np.expm1(edge[:, 1]) * scale, rtol=1e-3, atol=1e-2)
     np.testing.assert_allclose(np.expm1(edge[:, 4] * u), np.expm1(edge[:, 2]) * scale, rtol=1e-3, atol=1e-2)
     for v in rest:
@@ -533,11 +534,10 @@ def test_graph_inputs_shapes_and_contents(name, done):
 def _state_features(g, ev, scale, k):
     """Decoder inputs of the state after the first ``k`` moves of the forward order."""
     order = np.asarray(g.intermediates, np.int64)
-    raw, _, flag = policy.observe_along(ev.initial, order, np.asarray([k]), ev.compose, ev.join, ev.cost_table,
-                                        ev.entries)
+    raw, _, flag = features.observe_along(ev.initial, order, np.asarray([k]), features.Tables.of(ev))
     legal = np.zeros(g.num_vertices, bool)
     legal[order[k:]] = True
-    return policy.dynamic_features(raw[0], scale), legal, np.float32(k / len(order))
+    return features.dynamic_features(raw[0], scale), legal, np.float32(k / len(order))
 
 
 def _outputs(params, inputs, num_edges, vmask, dyn, legal, progress):
@@ -551,7 +551,7 @@ def test_encoder_and_decoder_are_equivariant_to_renumbering_and_blind_to_padding
     g = _zoo("HumanHeartDipole")
     ev = Evaluator(g)
     scale = _scale(g, ev)
-    x = policy.graph_inputs(g, ev, scale)
+    x = features.graph_inputs(g, ev, scale)
     V, E = g.num_vertices, len(g.edges)
     dyn, legal, progress = _state_features(g, ev, scale, 10)
     h, logits, value = _outputs(params, x, E, np.ones(V, bool), dyn, legal, progress)
@@ -576,9 +576,9 @@ def test_encoder_and_decoder_are_equivariant_to_renumbering_and_blind_to_padding
     # padding (as pad_inputs writes it, and with garbage in the padded slots) changes
     # nothing for the real vertices
     Vp, Ep = V + 40, E + 90
-    padded = policy.pad_inputs(x, Vp, Ep)
+    padded = features.pad_inputs(x, Vp, Ep)
     assert padded["vmask"].sum() == V and padded["num_edges"] == E
-    dyn_p = np.zeros((Vp, policy.NUM_DYNAMIC), np.float32)
+    dyn_p = np.zeros((Vp, features.NUM_DYNAMIC), np.float32)
     dyn_p[:V] = dyn
     legal_p = np.zeros(Vp, bool)
     legal_p[:V] = legal
@@ -587,18 +587,18 @@ def test_encoder_and_decoder_are_equivariant_to_renumbering_and_blind_to_padding
     np.testing.assert_allclose(logits_b[:V], logits, rtol=1e-4, atol=1e-4)
     assert value_b == pytest.approx(value, rel=1e-4, abs=1e-5)
     garbage = {k: np.array(v) for k, v in padded.items()}
-    garbage["static"][V:] = rng.normal(size=(Vp - V, policy.NUM_STATIC))
+    garbage["static"][V:] = rng.normal(size=(Vp - V, features.NUM_STATIC))
     garbage["src"][E:] = rng.integers(0, Vp, Ep - E)
     garbage["dst"][E:] = rng.integers(0, Vp, Ep - E)
-    garbage["edge_features"][E:] = rng.normal(size=(Ep - E, policy.NUM_EDGE))
+    garbage["edge_features"][E:] = rng.normal(size=(Ep - E, features.NUM_EDGE))
     dyn_g = dyn_p.copy()
-    dyn_g[V:] = rng.normal(size=(Vp - V, policy.NUM_DYNAMIC))
+    dyn_g[V:] = rng.normal(size=(Vp - V, features.NUM_DYNAMIC))
     h_g, logits_g, value_g = _outputs(params, garbage, E, padded["vmask"], dyn_g, legal_p, progress)
     np.testing.assert_allclose(h_g[:V], h, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(logits_g[:V], logits, rtol=1e-4, atol=1e-4)
     assert value_g == pytest.approx(value, rel=1e-4, abs=1e-5)
-    # the padded encoder of policy.embed (what Player uses) gives the same embeddings
-    np.testing.assert_allclose(policy.embed(NET, params, x)[0], h, rtol=1e-4, atol=1e-4)
+    # the padded encoder of player.embed (what Player uses) gives the same embeddings
+    np.testing.assert_allclose(embed(NET, params, x)[0], h, rtol=1e-4, atol=1e-4)
 
     # the outputs depend on the graph and on the state
     _, logits_s, value_s = _outputs(params, x, E, np.ones(V, bool), *_state_features(g, ev, scale, 30))
@@ -610,16 +610,16 @@ def test_encoder_and_decoder_are_equivariant_to_renumbering_and_blind_to_padding
 
 
 def test_padded_sizes_and_pad_inputs_refuses_what_does_not_fit():
-    assert [policy.padded(n, 64) for n in (1, 64, 65, 128, 129, 1000)] == [64, 64, 128, 128, 256, 1024]
-    assert policy.padded(0, 128) == 128
+    assert [features.padded(n, 64) for n in (1, 64, 65, 128, 129, 1000)] == [64, 64, 128, 128, 256, 1024]
+    assert features.padded(0, 128) == 128
     g = _zoo("RoeFlux_1d")
     ev = Evaluator(g)
-    x = policy.graph_inputs(g, ev, 100.0)
+    x = features.graph_inputs(g, ev, 100.0)
     with pytest.raises(ValueError, match="does not fit"):
-        policy.pad_inputs(x, 64, 1024)
+        features.pad_inputs(x, 64, 1024)
     with pytest.raises(ValueError, match="does not fit"):
-        policy.pad_inputs(x, 128, 128)
-    p = policy.pad_inputs(x, 128, 256)
-    assert p["static"].shape == (128, policy.NUM_STATIC) and p["src"].shape == (256,)
+        features.pad_inputs(x, 128, 128)
+    p = features.pad_inputs(x, 128, 256)
+    assert p["static"].shape == (128, features.NUM_STATIC) and p["src"].shape == (256,)
     np.testing.assert_array_equal(p["static"][: g.num_vertices], x["static"])
     assert not p["static"][g.num_vertices:].any() and p["vmask"].tolist() == [True] * 107 + [False] * 21

@@ -64,13 +64,36 @@ def _check_all_local_jacobians(f, *args):
     results = compute([jnp.asarray(a) for a in jax.tree_util.tree_leaves(args)])
     seen = set()
     for (step, argnum, outnum, s), (value, want) in zip(cases, results):
-        got = st.to_dense(s, None if value is None else np.asarray(value))
-        np.testing.assert_allclose(
-            got, np.asarray(want), rtol=1e-5, atol=1e-6,
-            err_msg=f"{step.equation.name} operand {argnum}: {s.describe()} {step.equation.params}",
-        )
+        value = None if value is None else np.asarray(value)
+        got = st.to_dense(s, value)
+        where = f"{step.equation.name} operand {argnum}: {s.describe()} {step.equation.params}"
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-6, err_msg=where)
+        _check_tight(step.equation.name, s, value, np.asarray(want), where)
         seen.add(step.equation.name)
     return seen
+
+
+#: Primitives whose local Jacobian picks one entry of several by value (the others are
+#: zero at these operands and not at others): their structure allows every candidate.
+CHOICE = {"reduce_max", "reduce_min", "cummax", "cummin"}
+
+
+def _check_tight(name, s, value, want, where):
+    """The structure allows no more entries than the Jacobian needs: where ``jax.jacfwd``
+    has at most one nonzero per row and per column (elementwise ops, selections, index
+    maps), so does the structure's pattern (an index map: its 0/1 table). Values are
+    right either way; what a loose structure breaks is the cost, which every later
+    product pays (a diagonal stored as dense costs n times more per product)."""
+    if name in CHOICE:
+        return
+    n_out, n_in = int(np.prod(s.out_shape)), int(np.prod(s.in_shape))
+    nonzero = (want != 0).reshape(n_out, n_in)
+    if nonzero.sum(0).max(initial=0) > 1 or nonzero.sum(1).max(initial=0) > 1:
+        return
+    table = value if s.index_map else (None if value is None else np.ones(s.value_shape))
+    allowed = (st.to_dense(s, table) != 0).reshape(n_out, n_in)
+    assert allowed.sum(0).max(initial=0) <= 1 and allowed.sum(1).max(initial=0) <= 1, \
+        f"{where}: allows {allowed.sum()} entries where jacfwd has at most one per row and column"
 
 
 RNG = np.random.default_rng(0)

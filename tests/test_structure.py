@@ -9,6 +9,7 @@ import pytest
 import alphagrad as ag
 from alphagrad import engine
 from alphagrad import structure as st
+from alphagrad.evaluator import Evaluator
 
 
 def _random_value(s, rng):
@@ -102,7 +103,7 @@ def test_rule_tables_kept_on_disk_are_the_built_ones_and_a_bad_file_is_rebuilt(t
         loaded = fresh(g)  # read
     same(loaded, built)
     assert all(loaded.products[k] == built.products[k] for k in list(built.products)[::11])
-    assert ag.cost(g, ag.baselines.markowitz(g)) == engine.Evaluator(g, "exact", built).cost(ag.baselines.markowitz(g))
+    assert ag.cost(g, ag.baselines.markowitz(g)) == Evaluator(g, "exact", built).cost(ag.baselines.markowitz(g))
 
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a damaged file
     with pytest.warns(UserWarning, match="rebuilding the rule tables"):

@@ -350,7 +350,7 @@ def test_every_labelled_state_appears_once_per_epoch(data, encodings):
 def test_a_batch_holds_the_labels_of_its_states(data, encodings):
     """Each graph slot holds the encoder inputs of the graph left at the start of its
     states' stretch (the traced graph with one encoding a game) and their labels."""
-    from alphagrad import policy
+    from alphagrad import features
 
     config = tiny_config(data)
     d = TD.load_split(data, "train", (64,), 64, encodings=encodings)
@@ -365,7 +365,7 @@ def test_a_batch_holds_the_labels_of_its_states(data, encodings):
         order = row["order"]
         start = int(d.stretch(i, [row["positions"][min(which)]])[0])
         graph, ev = d.evaluated(i)
-        inputs = policy.graph_inputs(graph, ev, d.scale(i), order[:start])
+        inputs = features.graph_inputs(graph, ev, d.scale(i), order[:start])
         assert batch["vmask"][g].sum() == n - start and batch["num_edges"][g] == len(inputs["src"])
         if start == 0:
             assert batch["num_edges"][g] == row["num_edges"]
@@ -571,10 +571,11 @@ def test_refuses_to_overwrite_a_run(data, full_run):
 
 @pytest.fixture(scope="module")
 def interrupted(data, tmp_path_factory):
-    """A run stopped after 10 of its 20 steps (as if killed after its checkpoint)."""
+    """A run stopped after 8 of its 20 steps (as if killed after its checkpoint): between
+    two metrics rows (every 5 steps), so every piece of its state is under way."""
     workdir = str(tmp_path_factory.mktemp("interrupted"))
-    out = loop.train(tiny_config(data), workdir, stop_after=10, progress=False, tensorboard=False)
-    assert out["step"] == 10
+    out = loop.train(tiny_config(data), workdir, stop_after=8, progress=False, tensorboard=False)
+    assert out["step"] == 8
     return workdir
 
 
@@ -618,8 +619,15 @@ def _assert_same_run(workdir, reference, config):
 
 
 def test_resumed_run_equals_an_uninterrupted_one(data, full_run, interrupted, tmp_path):
+    """Resumed where nothing the checkpoint holds is empty: the weights and the optimiser
+    state moved, a best model, a count of samples and the metrics of the steps since the
+    last row (which the next row averages)."""
     workdir = str(tmp_path / "run")
     shutil.copytree(interrupted, workdir)
+    step, state, meta = _final_state(workdir, tiny_config(data))
+    assert step == 8 and len(meta["window"]) == 3  # steps 6, 7 and 8
+    assert meta["best_val_ratio"] is not None and meta["best_step"] == 5 and meta["samples"] > 0
+    assert any(np.any(np.asarray(a) != 0) for a in jax.tree_util.tree_leaves(jax.device_get(state["opt_state"])))
     out = loop.train(tiny_config(data), workdir, resume=True, progress=False, tensorboard=False)
     for a, b in zip(_params(out), _params(full_run[1])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -629,15 +637,15 @@ def test_resumed_run_equals_an_uninterrupted_one(data, full_run, interrupted, tm
 def test_corrupted_latest_checkpoint_falls_back_to_the_previous_one(data, full_run, interrupted, tmp_path):
     workdir = str(tmp_path / "run")
     shutil.copytree(interrupted, workdir)
-    latest = os.path.join(workdir, "checkpoints", "10")
+    latest = os.path.join(workdir, "checkpoints", "8")
     for path in glob.glob(os.path.join(latest, "**", "*"), recursive=True):
         if os.path.isfile(path):
             with open(path, "wb") as f:
                 f.write(b"\x00garbage")
-    with pytest.warns(UserWarning, match="checkpoint at step 10 cannot be restored"):
+    with pytest.warns(UserWarning, match="checkpoint at step 8 cannot be restored"):
         out = loop.train(tiny_config(data), workdir, resume=True, progress=False, tensorboard=False)
-    assert os.path.isdir(os.path.join(workdir, "corrupt_checkpoints", "10"))
-    for a, b in zip(_params(out), _params(full_run[1])):  # resumed from step 8: same result
+    assert os.path.isdir(os.path.join(workdir, "corrupt_checkpoints", "8"))
+    for a, b in zip(_params(out), _params(full_run[1])):  # resumed from step 6: same result
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     _assert_same_run(workdir, full_run[0], tiny_config(data))  # the row of step 10 averages steps 6-10
 

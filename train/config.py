@@ -13,7 +13,7 @@ import typing
 
 import yaml
 
-from alphagrad.agent import NETWORK_LIMITS
+from alphagrad.hub.format import NETWORK_LIMITS
 from alphagrad.network import NetworkConfig
 
 

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from alphagrad import policy
+from alphagrad import features
 from alphagrad.evaluator import Evaluator
 from train.config import ConfigError
 
@@ -77,18 +77,18 @@ class LabelledGraphs:
         decoder's features and the cost still to come at every labelled position."""
         if i not in self.cache:
             g, ev = self.evaluated(i)
-            first = policy.graph_inputs(g, ev, self.scale(i))
+            first = features.graph_inputs(g, ev, self.scale(i))
             for j in self.siblings(i):
                 orders, of = self.orders(j)
                 pos = np.asarray(self.rows[j]["positions"], np.int64)
-                runs = [ev.run(policy.observe_along, o, pos[of == k], ev.compose, ev.join, ev.cost_table, ev.entries)
+                runs = [ev.run(features.observe_along, o, pos[of == k], features.Tables.of(ev))
                         for k, o in enumerate(orders)]
                 raw, to_go = np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
                 # a stretch starts on the graph its order left there (several orders: one
                 # encoding, load_split checks, so every state is on the graph as traced)
-                inputs = {int(t): policy.graph_inputs(g, ev, self.scale(j), orders[0][:t]) if t else first
+                inputs = {int(t): features.graph_inputs(g, ev, self.scale(j), orders[0][:t]) if t else first
                           for t in np.unique(self.stretch(j, pos))}
-                self.cache[j] = {"inputs": inputs, "dynamic": policy.dynamic_features(raw, self.scale(j)),
+                self.cache[j] = {"inputs": inputs, "dynamic": features.dynamic_features(raw, self.scale(j)),
                                  "to_go": to_go}
         return self.cache[i]
 
@@ -103,7 +103,7 @@ class LabelledGraphs:
     def stretch(self, i: int, pos) -> np.ndarray:
         """Where the stretch of entry ``i``'s order that each of positions ``pos`` lies in
         starts: the network encodes the graph left there (:attr:`encodings`)."""
-        step = policy.moves_per_encoding(int(self.rows[i]["num_intermediates"]), self.encodings)
+        step = features.moves_per_encoding(int(self.rows[i]["num_intermediates"]), self.encodings)
         return (np.asarray(pos, np.int64) // step) * step
 
     def inputs(self, i: int, which) -> dict:
@@ -314,10 +314,10 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
     ``sampled`` marks the states of rollout rows, with their order's ``advantage`` and
     sampling ``temperature``."""
     out = {
-        "static": np.zeros((G, V, policy.NUM_STATIC), np.float32), "src": np.zeros((G, E), np.int32),
-        "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, policy.NUM_EDGE), np.float32),
+        "static": np.zeros((G, V, features.NUM_STATIC), np.float32), "src": np.zeros((G, E), np.int32),
+        "dst": np.zeros((G, E), np.int32), "edge_features": np.zeros((G, E, features.NUM_EDGE), np.float32),
         "num_edges": np.zeros(G, np.int32), "vmask": np.zeros((G, V), bool),
-        "dynamic": np.zeros((G, K, V, policy.NUM_DYNAMIC), np.float32), "legal": np.zeros((G, K, V), bool),
+        "dynamic": np.zeros((G, K, V, features.NUM_DYNAMIC), np.float32), "legal": np.zeros((G, K, V), bool),
         "target": np.zeros((G, K, V), np.float32), "regret": np.zeros((G, K, V), np.float32),
         "value": np.zeros((G, K), np.float32),
         "progress": np.zeros((G, K), np.float32), "weight": np.zeros((G, K), np.float32),
@@ -325,7 +325,7 @@ def make_batch(data: LabelledGraphs, visits: list, V: int, E: int, K: int, G: in
         "temperature": np.ones((G, K), np.float32),
     }
     for g, (i, which) in enumerate(visits):
-        for k, v in policy.pad_inputs(data.inputs(i, which), V, E).items():
+        for k, v in features.pad_inputs(data.inputs(i, which), V, E).items():
             out[k][g] = v
         s = data.states(i, which)
         n, k = s["legal"].shape[1], len(which)
@@ -344,6 +344,6 @@ def batch_shape(data: LabelledGraphs, visits: list, config) -> tuple:
     V = int(data.bucket[visits[0][0]])
     E = config.edges_per_vertex * V
     for i, which in visits:
-        E = max(E, policy.padded(len(data.inputs(i, which)["src"]), 128))
+        E = max(E, features.padded(len(data.inputs(i, which)["src"]), 128))
     K = config.states_per_graph
     return V, E, K, max(1, config.tokens_per_batch // (V * K))

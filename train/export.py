@@ -3,7 +3,9 @@ directory (config.json, model.safetensors, README.md), with a model card that re
 training config, the data, the steps, the wall time and the validation curve, all read
 from the run directory. ``--out alphagrad/pretrained`` replaces the bundled model.
 ``--step N`` exports the checkpoint of step N instead (one the run kept, e.g. its last):
-to set a checkpoint the validation did not choose against the one it chose."""
+to set a checkpoint the validation did not choose against the one it chose. The card's
+evaluation section holds an empty results block (:data:`RESULTS_START` ... :data:`RESULTS_END`)
+that ``python -m eval.readme_results REPORT --card DIR/README.md`` fills from a report."""
 
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ import os
 import sys
 
 from alphagrad import hub
+
+
+#: The markers of a model card's results block (and of README's main one).
+RESULTS_START, RESULTS_END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def validation_curve(rows: list[dict]) -> str:
@@ -80,7 +86,7 @@ def checkpoint_model(workdir: str, step: int) -> tuple[dict, dict]:
     import jax
     import numpy as np
 
-    from alphagrad.agent import model_config
+    from alphagrad.hub.format import model_config
     from train import config as C
     from train import loop
 
@@ -126,11 +132,9 @@ def export(workdir: str, out: str, step: int | None = None) -> list[str]:
         "validation policy loss above its floor (nat)": round(float(best_row["val_excess"]), 4),
         "config": "`" + json.dumps(train_config, sort_keys=True) + "`",
     }
-    from eval import readme_results
-
-    start, end = readme_results.markers()
-    evaluation = (f"{start}\nNot evaluated yet: `python -m eval --model {out} --out REPORT` evaluates it and "
-                  f"`python -m eval.readme_results REPORT --card {out}/README.md` puts the results here.\n{end}")
+    evaluation = (f"{RESULTS_START}\nNot evaluated yet: `python -m eval --model {out} --out REPORT` evaluates it "
+                  f"and `python -m eval.readme_results REPORT --card {out}/README.md` puts the results here.\n"
+                  f"{RESULTS_END}")
     card = hub.model_card(config, {"training": training, "evaluation": evaluation})
     card += "\n## Validation curve\n\nGreedy policy (no search, no annealing) on the validation split, " \
             "and the loss on its labelled states, from `metrics.csv`:\n\n" + validation_curve(rows) + "\n"

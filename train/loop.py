@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from alphagrad import policy
 from alphagrad.network import PolicyNet, policy_loss
+from alphagrad.player import Player
 from train.config import ConfigError, TrainConfig
 from train.data import LabelledGraphs, batch_shape, epoch_batches, large_graphs, load_split, make_batch
 
@@ -50,7 +50,7 @@ def network(config: TrainConfig) -> PolicyNet:
 
 
 def init_params(config: TrainConfig, key):
-    from alphagrad.agent import init_params
+    from alphagrad.hub.format import init_params
 
     return init_params(network(config), key)
 
@@ -72,7 +72,7 @@ def start_params(config: TrainConfig, template):
         return agent.params
     # the inputs the model was saved without are its input layers' all-zero rows (a
     # trained row is never exactly zero): they start as the template's
-    from alphagrad.agent import input_layers
+    from alphagrad.hub.format import input_layers
 
     params = jax.tree_util.tree_map(np.asarray, agent.params)
     for path, _, _ in input_layers(params, config.network.dim):
@@ -143,7 +143,7 @@ def validate(net, params, data: LabelledGraphs, config: TrainConfig) -> dict:
         if data.rows[i]["best_baseline"] == 0:  # nothing to gain: no ratio
             continue
         g, ev = data.evaluated(i, keep=True)
-        player = policy.Player(net, params, g, data.scale(i), ev)
+        player = Player(net, params, g, data.scale(i), ev)
         ratios.append(ev.cost(player.play()) / data.scale(i))
         label_ratios.append(data.rows[i]["cost"] / data.scale(i))
         large.append(data.rows[i]["num_intermediates"] >= config.data.large_from)
@@ -340,7 +340,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
     bar = tqdm(total=config.steps, initial=start, desc="train", disable=not progress)
-    step, done_here, window = start, 0, list(meta.get("window", []))  # training metrics since the last row
+    step, done_here, window = start, 0, []  # training metrics since the last row
     while step < config.steps and (stop_after is None or done_here < stop_after):
         epoch, visits = schedule(step)
         V, E, K, G = batch_shape(train_data, visits, config)
@@ -437,7 +437,7 @@ def _changed_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 def export_model(directory: str, config: TrainConfig, params, info: dict) -> None:
     """Writes the network in the hub format (config.json, model.safetensors, README.md)."""
-    from alphagrad.agent import model_config
+    from alphagrad.hub.format import model_config
 
     from alphagrad import hub
 

@@ -1,29 +1,18 @@
-"""Model-hub I/O for alphagrad's pretrained policy-value network.
+"""Reading and writing saved alphagrad models: files on disk and Hugging Face Hub repos.
 
-A saved model is a directory (or a Hugging Face Hub model repo) holding exactly
-
-    config.json        the model config plus "model_type" and "format_version"
-    model.safetensors  the flax parameters, flattened to "/"-joined keys, float32
-    README.md          the model card
-
+What the files hold is :mod:`alphagrad.hub.format`; this module writes and reads them.
 Loading reads JSON and safetensors only: nothing is ever unpickled. Weights must be finite
 (NaN or infinity is refused) and float32; float16 and bfloat16 files are upcast to float32
 (exactly, every such value is a float32) with a warning; any other dtype is refused.
 
     save_files(directory, config, params, card, overwrite=False) -> written file names
     load_files(model_id_or_path, revision=None, ...)             -> (config, params)
-    check_shapes(expected, params)                                raises if they differ
-    model_card(config, info)                                      -> README.md text (alphagrad.card)
     push_folder(directory, repo_id, ..., dry_run=False)           uploads a saved model directory
     AgentHubMixin               save_pretrained / from_pretrained / push_to_hub for alphagrad's Agent
 
 Saving never replaces files alphagrad did not write: a README.md that is not an alphagrad
 model card, or a config.json / model.safetensors of another kind of model, in the target
 directory is an error unless ``overwrite=True``.
-
-Loading errors are `ModelLoadError`s (a ValueError); the ones that mean "nothing to load
-there" (missing directory, unknown repo or revision, offline and not cached) are also
-FileNotFoundErrors.
 """
 
 from __future__ import annotations
@@ -55,78 +44,14 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
-from alphagrad.card import TAGS, is_model_card, model_card
+from alphagrad.hub.card import TAGS, is_model_card
+from alphagrad.hub.format import (BUNDLED_HINT, CARD_NAME, CONFIG_NAME, FILE_NAMES, MODEL_TYPE, RESERVED, WEIGHTS_NAME,
+                                  ModelNotFoundError, NotAnAlphagradModelError, config_text, read_config)
 
-MODEL_TYPE = "alphagrad-policy-value"
-FORMAT_VERSION = 2  # the config.json schema this code reads and writes (2: the sparse policy network)
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-CARD_NAME = "README.md"
-FILE_NAMES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME)
-_RESERVED = {"model_type": MODEL_TYPE, "format_version": FORMAT_VERSION}
-
-__all__ = [
-    "CARD_NAME",
-    "CONFIG_NAME",
-    "FILE_NAMES",
-    "FORMAT_VERSION",
-    "MODEL_TYPE",
-    "WEIGHTS_NAME",
-    "AgentHubMixin",
-    "ModelLoadError",
-    "ModelNotFoundError",
-    "NotAnAlphagradModelError",
-    "UnsupportedFormatError",
-    "check_shapes",
-    "config_text",
-    "load_files",
-    "model_card",
-    "push_folder",
-    "save_files",
-]
-
-_BUNDLED_HINT = "To load the bundled pretrained model instead, call `alphagrad.from_pretrained()` without an argument."
-_UPGRADE_HINT = "Upgrade alphagrad to read it: `pip install -U alphagrad`."
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
 
-class ModelLoadError(ValueError):
-    """A model could not be loaded; the message says why and what to do."""
-
-
-class NotAnAlphagradModelError(ModelLoadError):
-    """The directory or repo exists but does not hold an alphagrad model (or holds a broken one)."""
-
-
-class UnsupportedFormatError(ModelLoadError):
-    """The model was saved in a newer format than this alphagrad reads."""
-
-
-class ModelNotFoundError(ModelLoadError, FileNotFoundError):
-    """Nothing to load: no such directory, repo or revision, or offline and not cached."""
-
-
 # --------------------------------------------------------------------------------- saving
-
-
-def config_text(config: Mapping) -> str:
-    """config.json's exact text: config plus model_type and format_version, sorted, indent 2."""
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a dict, not {type(config).__name__}")
-    for key, value in _RESERVED.items():
-        if key in config and config[key] != value:
-            raise ValueError(f"config[{key!r}] is reserved: it is always {value!r}, got {config[key]!r}")
-    bad_keys = [k for k in config if not isinstance(k, str)]
-    if bad_keys:
-        raise TypeError(f"config keys must be strings, got {bad_keys!r}")
-    try:
-        return json.dumps({**config, **_RESERVED}, sort_keys=True, indent=2, allow_nan=False) + "\n"
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            "config must be JSON-serializable (str keys; str/int/float/bool/None/list/dict values; "
-            f"no NaN or infinity): {e}"
-        ) from e
-
 
 def _flatten_params(params, prefix: str = "") -> dict[str, np.ndarray]:
     if not isinstance(params, Mapping):
@@ -245,7 +170,7 @@ def save_files(directory: str | os.PathLike, config: dict, params: Mapping, card
     config_bytes = config_text(config).encode("utf-8")
     if not isinstance(card, str):
         raise TypeError(f"card must be a str, not {type(card).__name__}")
-    metadata = {"format": "np", **{k: str(v) for k, v in _RESERVED.items()}}
+    metadata = {"format": "np", **{k: str(v) for k, v in RESERVED.items()}}
     weights_bytes = _safetensors_bytes(_flatten_params(params), metadata)
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -274,44 +199,15 @@ def _offline() -> bool:
 
 
 def _read_config(path: str | os.PathLike, where: str) -> dict:
+    """The model config in the config.json at ``path`` (:func:`alphagrad.hub.format.read_config`)."""
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise NotAnAlphagradModelError(
             f"{where}: {CONFIG_NAME} is not valid JSON ({e}), so this is not a readable alphagrad "
-            f"model. {_BUNDLED_HINT}"
+            f"model. {BUNDLED_HINT}"
         ) from e
-    if not isinstance(config, dict):
-        raise NotAnAlphagradModelError(
-            f"{where}: {CONFIG_NAME} holds a {type(config).__name__}, not a JSON object, so this is "
-            f"not an alphagrad model. {_BUNDLED_HINT}"
-        )
-    model_type = config.get("model_type")
-    if model_type != MODEL_TYPE:
-        found = "has no model_type" if model_type is None else f"has model_type {model_type!r}"
-        raise NotAnAlphagradModelError(
-            f"{where}: {CONFIG_NAME} {found}, expected {MODEL_TYPE!r}: this is not an alphagrad "
-            f"policy-value model. {_BUNDLED_HINT}"
-        )
-    version = config.get("format_version")
-    if type(version) is not int or version < 1:
-        raise NotAnAlphagradModelError(
-            f"{where}: {CONFIG_NAME} has an invalid format_version {version!r} (expected an integer "
-            f"from 1 to {FORMAT_VERSION}); the file is damaged. {_BUNDLED_HINT}"
-        )
-    if version > FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"{where} was saved in alphagrad model format version {version}, but this version of "
-            f"alphagrad reads format versions up to {FORMAT_VERSION}. {_UPGRADE_HINT}"
-        )
-    if version < FORMAT_VERSION:
-        raise UnsupportedFormatError(
-            f"{where} holds the old dense network (model format version {version}); this alphagrad's "
-            f"agent is a different network (format {FORMAT_VERSION}) and cannot use its weights. Use the "
-            f"bundled model (alphagrad.from_pretrained()), retrain with `python -m train`, or load it with "
-            f"alphagrad 0.1 (pip install 'alphagrad<0.2')"
-        )
-    return {k: v for k, v in config.items() if k not in _RESERVED}
+    return read_config(config, where)
 
 
 _UPCAST = ("float16", "bfloat16")  # every value of these is exactly a float32
@@ -373,13 +269,13 @@ def _load_local(directory: str, where: str) -> tuple[dict, dict]:
     if not os.path.isfile(config_path):
         raise NotAnAlphagradModelError(
             f"{where} has no {CONFIG_NAME}, so it is not a saved alphagrad model (one holds "
-            f"{CONFIG_NAME} and {WEIGHTS_NAME}, as written by `save_pretrained`). {_BUNDLED_HINT}"
+            f"{CONFIG_NAME} and {WEIGHTS_NAME}, as written by `save_pretrained`). {BUNDLED_HINT}"
         )
     config = _read_config(config_path, where)
     if not os.path.isfile(weights_path):
         raise NotAnAlphagradModelError(
             f"{where} has a {CONFIG_NAME} but no {WEIGHTS_NAME}: the model was not saved completely. "
-            f"Save it again with `save_pretrained`. {_BUNDLED_HINT}"
+            f"Save it again with `save_pretrained`. {BUNDLED_HINT}"
         )
     return config, _read_weights(weights_path, where)
 
@@ -418,7 +314,7 @@ def _hub_download(repo_id: str, filename: str, revision: str | None, *, cache_di
         raise ModelNotFoundError(
             f"Cannot load {where}: the repo was not found on the Hugging Face Hub. Check the repo id; "
             f"if the repo is private, log in with `hf auth login` (or pass token=).{not_dir} "
-            f"{_BUNDLED_HINT}"
+            f"{BUNDLED_HINT}"
         ) from e
     except RevisionNotFoundError as e:
         raise ModelNotFoundError(
@@ -430,11 +326,11 @@ def _hub_download(repo_id: str, filename: str, revision: str | None, *, cache_di
         if isinstance(e, EntryNotFoundError):  # the remote repo has no such file
             if filename == CONFIG_NAME:
                 raise NotAnAlphagradModelError(
-                    f"{where} has no {CONFIG_NAME}, so it is not an alphagrad model. {_BUNDLED_HINT}"
+                    f"{where} has no {CONFIG_NAME}, so it is not an alphagrad model. {BUNDLED_HINT}"
                 ) from e
             raise NotAnAlphagradModelError(
                 f"{where} has a {CONFIG_NAME} but no {filename}, so it is not a complete alphagrad "
-                f"model. {_BUNDLED_HINT}"
+                f"model. {BUNDLED_HINT}"
             ) from e
         if isinstance(e, OfflineModeIsEnabled):
             raise ModelNotFoundError(
@@ -490,7 +386,7 @@ def load_files(model_id_or_path: str | os.PathLike, revision: str | None = None,
     if not as_repo:
         raise ModelNotFoundError(
             f"Directory {path!r} does not exist (and it is not a Hugging Face Hub repo id, which "
-            f"looks like 'org/name'). Check the path. {_BUNDLED_HINT}"
+            f"looks like 'org/name'). Check the path. {BUNDLED_HINT}"
         )
 
     offline = _offline()
@@ -515,51 +411,6 @@ def load_files(model_id_or_path: str | os.PathLike, revision: str | None = None,
     return config, _read_weights(weights_file, where)
 
 
-# ------------------------------------------------------------------------- shape checking
-
-
-def _shapes(tree, prefix: str = "") -> dict[str, tuple]:
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_shapes(value, name + "/"))
-        elif hasattr(value, "shape"):  # an array, or a jax.ShapeDtypeStruct from jax.eval_shape
-            out[name] = tuple(int(d) for d in value.shape)
-        else:  # a shape given as a tuple or list
-            out[name] = tuple(int(d) for d in value)
-    return out
-
-
-def check_shapes(expected: Mapping, params: Mapping, *, limit: int = 5) -> None:
-    """Raise ValueError unless params has exactly the expected keys and shapes.
-
-    expected: nested dict whose leaves are shapes (tuples), or arrays / jax.ShapeDtypeStructs
-    (e.g. `jax.eval_shape(model.init, ...)`); params: nested dict of arrays. The message lists
-    the first `limit` missing keys, unexpected keys and mismatched shapes.
-    """
-    want, got = _shapes(expected), _shapes(params)
-    missing = sorted(want.keys() - got.keys())
-    unexpected = sorted(got.keys() - want.keys())
-    mismatched = sorted(k for k in want.keys() & got.keys() if want[k] != got[k])
-    if not (missing or unexpected or mismatched):
-        return
-
-    def listing(title, items, render):
-        more = f" ... and {len(items) - limit} more" if len(items) > limit else ""
-        return f"\n  {title} ({len(items)}): " + ", ".join(render(k) for k in items[:limit]) + more
-
-    message = "The weights do not match the config (a different architecture or a damaged file):"
-    if missing:
-        message += listing("missing", missing, str)
-    if unexpected:
-        message += listing("unexpected", unexpected, str)
-    if mismatched:
-        message += listing("shape mismatch", mismatched,
-                           lambda k: f"{k} expected {want[k]}, got {got[k]}")
-    raise ValueError(message)
-
-
 # ---------------------------------------------------------------------------------- mixin
 
 
@@ -570,13 +421,14 @@ class AgentHubMixin(ModelHubMixin, library_name="alphagrad", license="apache-2.0
 
         def _hub_payload(self) -> tuple[dict, dict, str]:
             '''(config, params, card): a JSON-serializable config dict, the nested dict of
-            parameter arrays, and the model card markdown (see `model_card`).'''
+            parameter arrays, and the model card markdown (see `alphagrad.hub.card.model_card`).'''
 
         @classmethod
         def _from_hub_payload(cls, config: dict, params: dict, **kwargs):
             '''An instance from a loaded config (as returned by _hub_payload) and params
             (nested dict of numpy float32 arrays); it validates shapes itself, e.g. with
-            `check_shapes`. kwargs are extra keyword arguments given to from_pretrained.'''
+            `alphagrad.hub.format.check_shapes`. kwargs are extra keyword arguments given
+            to from_pretrained.'''
 
     Unlike a plain ModelHubMixin, no __init__ arguments are captured and no second
     config.json or default card is written: the saved folder is exactly what `save_files`
@@ -768,7 +620,7 @@ def push_folder(directory: str | os.PathLike, repo_id: str, *,
     if not is_model_card(card.read_text(encoding="utf-8", errors="replace")):
         raise NotAnAlphagradModelError(
             f"{source / CARD_NAME} is not an alphagrad model card (it needs the front matter "
-            "'library_name: alphagrad' and the title written by alphagrad.card.model_card); write the card "
+            "'library_name: alphagrad' and the title written by alphagrad.hub.card.model_card); write the card "
             "with model_card(config, info) and save the model again"
         )
 

@@ -3,13 +3,16 @@
 `model_card(config, info)` is a pure function of its arguments: the same config and info
 give the same text, byte for byte, so re-saving an unchanged model does not change its card.
 `is_model_card(text)` tells whether a README.md is such a card (so that saving a model
-never overwrites a README.md that alphagrad did not write).
+never overwrites a README.md that alphagrad did not write). The card shows config.json as
+:mod:`alphagrad.hub.format` writes it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+
+from alphagrad.hub.format import config_text
 
 TAGS = ("jax", "flax", "automatic-differentiation", "jacobian", "vertex-elimination", "alphazero")
 INFO_KEYS = ("repo_id", "training", "evaluation")
@@ -62,8 +65,6 @@ def model_card(config: dict, info: dict | None = None) -> str:
         "training": a flat dict, rendered as a key | value table;
         "evaluation": a markdown string, inserted verbatim.
     """
-    from alphagrad.hub import config_text  # late: alphagrad.hub imports this module
-
     info = {} if info is None else info
     if not isinstance(info, Mapping):
         raise TypeError(f"info must be a dict, not {type(info).__name__}")
