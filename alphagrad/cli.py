@@ -274,10 +274,14 @@ JACOBIAN_TOLERANCE = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float3
 class JacobianCheck:
     """A Jacobian compared with ``jax.jacrev``'s, entry by entry (see :func:`compare_jacobians`)."""
 
-    max_difference: float  # the largest |J - J_jacrev|; inf where one has a NaN or infinity the other lacks
-    scale: float  # the largest finite |entry| of J_jacrev
-    used: float  # the largest |J - J_jacrev| / tolerance over the entries: within tolerance iff <= 1
-    dtypes: tuple[str, ...]  # the dtypes of J_jacrev's blocks, whose tolerances applied
+    max_difference: float  # the largest |J - reference| over the entries compared; inf: a NaN or infinity differs
+    scale: float  # the largest finite |entry| of jacrev's
+    used: float  # the largest |J - reference| / tolerance over the entries compared: within tolerance iff <= 1
+    dtypes: tuple[str, ...]  # the dtypes of jacrev's blocks, whose tolerances applied
+    entries: int = 0
+    nans: int = 0  # entries where jacrev's is NaN
+    uncompared: int = 0  # of those, where J's is a number
+    reference_error: float | None = None  # against jacrev's in float64: the largest |jacrev's own - float64's|
     mismatch: str | None = None  # a different layout or block shape, where there is one
 
     @property
@@ -288,51 +292,72 @@ class JacobianCheck:
         """One sentence: whether the Jacobian computed in ``label`` equals jax.jacrev's, by how much."""
         if self.mismatch is not None:
             return f"Jacobian in {label} DIFFERS from jax.jacrev's: {self.mismatch}"
+        if self.entries and self.nans == self.entries:
+            return (f"Jacobian in {label} cannot be checked: jax.jacrev's is NaN in all its {self.entries:,} "
+                    "entries (the function is NaN somewhere at the example point)")
         if self.ok:
             margin = f"{'under 1%' if self.used < 0.01 else f'{self.used:.0%}'} of the tolerance"
         elif math.isfinite(self.used):
             margin = f"{self.used:.3g}x the tolerance"
         else:
-            margin = "a NaN or infinity where jacrev's entry differs, beyond the tolerance"
+            margin = "a NaN or infinity where the reference differs, beyond the tolerance"
         tolerance = "; ".join(f"{d}: rtol={JACOBIAN_TOLERANCE[d][0]:.0e}, atol={JACOBIAN_TOLERANCE[d][1]:.0e}"
-                              for d in self.dtypes)
-        return (f"Jacobian in {label} {'equals' if self.ok else 'DIFFERS from'} jax.jacrev's: max abs difference "
-                f"{self.max_difference:.2e} on entries up to {self.scale:.1e}, {margin} ({tolerance} x max(1, the "
-                f"largest |entry| of its output/input block))")
+                              for d in self.dtypes) + " x max(1, the largest |entry| of its output/input block)"
+        verdict = f"{'equals' if self.ok else 'DIFFERS from'} jax.jacrev's"
+        difference = f"max abs difference {self.max_difference:.2e}"
+        if self.reference_error is not None:
+            verdict += f" {'up to' if self.ok else 'beyond'} jacrev's own rounding"
+            difference = f"against jax.jacrev's in float64, {difference} (jacrev's own: {self.reference_error:.2e})"
+            tolerance += ", + jacrev's rounding, entry by entry"
+        skipped = (f"; {self.uncompared:,} of {self.entries:,} entries, where jacrev's is NaN and this one is not, "
+                   "not compared (a NaN times a structural zero, which elimination skips)") if self.uncompared else ""
+        return (f"Jacobian in {label} {verdict}: {difference} on entries up to {self.scale:.1e}, {margin} "
+                f"({tolerance}){skipped}")
 
 
-def compare_jacobians(jac, ref) -> JacobianCheck:
+def compare_jacobians(jac, ref, truth=None) -> JacobianCheck:
     """How ``jac`` compares with ``ref`` (jax.jacrev's, the same pytree layout) under
-    JACOBIAN_TOLERANCE. NaN where jacrev has NaN, and equal infinities, count as equal;
-    a NaN or infinity anywhere else is a mismatch."""
+    JACOBIAN_TOLERANCE; with ``truth`` (jacrev's in float64), how it compares with
+    ``truth``, each entry's tolerance widened by ``ref``'s own distance from it (so a
+    Jacobian that is off only as much as jacrev's own rounding passes). Entries where
+    ``ref`` is NaN and ``jac`` a number are not compared (counted in ``uncompared``); a
+    NaN or infinity anywhere else must be matched."""
     import jax
     import numpy as np
 
     a_leaves, a_tree = jax.tree_util.tree_flatten(jac)
     b_leaves, b_tree = jax.tree_util.tree_flatten(ref)
     if a_tree != b_tree:
-        return JacobianCheck(math.inf, math.nan, math.inf, (), f"its layout {a_tree} is not jacrev's {b_tree}")
-    worst = scale = used = 0.0
-    dtypes = []
-    for a, b in zip(a_leaves, b_leaves):
-        a, b = np.asarray(a), np.asarray(b)
+        return JacobianCheck(math.inf, math.nan, math.inf, (),
+                             mismatch=f"its layout {a_tree} is not jacrev's {b_tree}")
+    t_leaves = [None] * len(b_leaves) if truth is None else jax.tree_util.tree_leaves(truth)
+    worst = scale = used = reference_error = 0.0
+    dtypes, entries, nans, uncompared = [], 0, 0, 0
+    for a, b, t in zip(a_leaves, b_leaves, t_leaves):
+        a, b = np.asarray(a, np.float64), np.asarray(b)
         if a.shape != b.shape:
             return JacobianCheck(math.inf, math.nan, math.inf, (),
-                                 f"a block of shape {a.shape} where jacrev's has {b.shape}")
+                                 mismatch=f"a block of shape {a.shape} where jacrev's has {b.shape}")
         dtype = b.dtype.name if b.dtype.name in JACOBIAN_TOLERANCE else "float32"
         dtypes += [dtype] if dtype not in dtypes else []
         rtol, atol = JACOBIAN_TOLERANCE[dtype]
-        a64, b64 = a.astype(np.float64), b.astype(np.float64)
-        block = float(np.max(np.abs(b64[np.isfinite(b64)]), initial=0.0))
-        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        b = b.astype(np.float64)
+        target = b if t is None else np.asarray(t, np.float64)
+        block = float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0))
+        skip = np.isnan(b) & ~np.isnan(a)
         with np.errstate(all="ignore"):  # NaN (from a NaN, inf - inf or inf / inf) unless same: inf
-            diff = np.abs(a64 - b64)
-            ratio = diff / (atol * max(1.0, block) + rtol * np.abs(b64))
+            slack = np.nan_to_num(np.abs(b - target), nan=0.0)  # jacrev's own rounding (0 without truth)
+            diff = np.abs(a - target)
+            ratio = diff / (atol * max(1.0, block) + rtol * np.abs(target) + slack)
+        same = (a == target) | (np.isnan(a) & np.isnan(target)) | skip
         diff, ratio = (np.where(same, 0.0, np.where(np.isnan(x), np.inf, x)) for x in (diff, ratio))
         worst = max(worst, float(np.max(diff, initial=0.0)))
         used = max(used, float(np.max(ratio, initial=0.0)))
-        scale = max(scale, block)
-    return JacobianCheck(worst, scale, used, tuple(dtypes))
+        reference_error = max(reference_error, float(np.max(slack, initial=0.0)))
+        scale, entries, nans = max(scale, block), entries + a.size, nans + int(np.isnan(b).sum())
+        uncompared += int(skip.sum())
+    return JacobianCheck(worst, scale, used, tuple(dtypes), entries, nans, uncompared,
+                         None if truth is None else reference_error)
 
 
 def _compare(cost: int, other: int) -> str:
@@ -373,7 +398,8 @@ def _against_annealing(rows, result, args) -> str:
     if result is None:
         if annealed is None:
             return f"the cheapest order is {classic}; no model (--budget 0) and no annealing (--anneal 0) to compare"
-        return f"annealing's order ({annealed:,} multiplications) {_compare(annealed, best)} {classic}; no model to compare (--budget 0)"
+        return (f"annealing's order ({annealed:,} multiplications) {_compare(annealed, best)} {classic}; "
+                "no model to compare (--budget 0)")
     beside = f"{_compare(result.cost, best)} {classic}"
     if annealed is None:
         return f"the model's order ({result.cost:,} multiplications) {beside}; no annealing to compare (--anneal 0)"
@@ -388,14 +414,41 @@ def _summary(graph) -> str:
     return "\n".join(line for line in graph.summary(max_rows=0).splitlines() if not line.startswith("  ... "))
 
 
+def _check_jacobian(graph, fn, example_args, order) -> JacobianCheck:
+    """The Jacobian of ``fn`` computed in ``order``, compared with jax.jacrev's; if they
+    differ, compared again with jacrev's in float64, allowing for jacrev's own rounding.
+
+    A graph the interpreter runs as one program runs op by op here (``jax.disable_jit``):
+    the check is of the elimination's arithmetic, and compiling the chained graph's whole
+    program would take longer than the rest of the demo (larger graphs run in the
+    interpreter's jitted chunks, a bounded compile each)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import alphagrad
+    from alphagrad import interpreter
+
+    argnums = tuple(range(len(example_args)))
+    small = len(graph.intermediates) <= interpreter.CHUNK_ABOVE
+    with jax.disable_jit() if small else contextlib.nullcontext():
+        jac = alphagrad.jacobian(fn, order=order, argnums=argnums)(*example_args)
+    ref = jax.jacrev(fn, argnums=argnums)(*example_args)
+    check = compare_jacobians(jac, ref)
+    if check.ok or check.mismatch is not None:
+        return check
+    with jax.enable_x64(True):
+        wide = jax.tree_util.tree_map(
+            lambda a: np.asarray(a, np.float64) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a,
+            example_args)
+        truth = jax.jacrev(fn, argnums=argnums)(*wide)
+    return compare_jacobians(jac, ref, truth)
+
+
 def _demo_graph(title: str, fn, example_args, agent, args) -> bool:
     """Traces ``fn``, prints the orders' table and, in words, how the model's order
     compares with annealing's and whether the Jacobian computed in it equals jax.jacrev's;
-    returns whether it does. The check runs op by op (``jax.disable_jit``): it is of the
-    elimination's arithmetic, and compiling the chained graph's whole program would take
-    longer than the rest of the demo."""
-    import jax
-
+    returns whether it does."""
     import alphagrad
 
     graph = alphagrad.trace(fn, *example_args)
@@ -406,10 +459,7 @@ def _demo_graph(title: str, fn, example_args, agent, args) -> bool:
     else:
         name, _, _, checked = min(rows, key=lambda row: row[1])
         label = f"the cheapest order above ({name})"
-    argnums = tuple(range(len(example_args)))
-    with jax.disable_jit():
-        jac = alphagrad.jacobian(fn, order=checked, argnums=argnums)(*example_args)
-    check = compare_jacobians(jac, jax.jacrev(fn, argnums=argnums)(*example_args))
+    check = _check_jacobian(graph, fn, example_args, checked)
     print(f"\n{title}: {_against_annealing(rows, result, args)}.")
     print(f"{title}: {check.describe(label)}.")
     if not check.ok:

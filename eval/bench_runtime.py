@@ -5,8 +5,9 @@ a leading axis of every argument) of
 
 * ``jacfwd`` and ``jacrev``: ``jax.jacfwd(f)`` and ``jax.jacrev(f)``;
 * ``forward``, ``reverse``, ``markowitz``, ``anneal`` (``alphagrad.baselines.anneal(graph,
-  budget_s=--anneal-s, seed=0)``) and ``agent`` (``alphagrad.from_pretrained().order(f,
-  *args, budget_s=--agent-s)``): ``alphagrad.jacobian(f, order)`` in that order,
+  budget_s=--anneal-s, seed=0)``) and ``agent`` (``alphagrad.from_pretrained().order(graph,
+  budget_s=--agent-s, seed=0)``), each found by its entry in :data:`eval.methods.METHODS`:
+  ``alphagrad.jacobian(f, order)`` in that order,
 
 all with the same ``argnums`` (every argument) on the same inputs, in one process. Per
 method it records the compile time (``jit(...).lower(...).compile()``), the median time of
@@ -60,8 +61,11 @@ ATTENTION_WORDS = ("attention", "transformer", "encoder")
 JAX_METHODS = ("jacrev", "jacfwd")
 ORDER_METHODS = ("forward", "reverse", "markowitz", "anneal", "agent")
 #: (rtol, atol relative to max(1, max |jacrev|)) of the Jacobian check per dtype; float32 as
-#: in tests/test_interpreter.py. On a TPU, float32 products run in bfloat16 passes by default.
-TOLERANCES = {"float64": (1e-9, 1e-11), "float32": (2e-4, 2e-5), "bfloat16": (2e-2, 2e-3), "float16": (2e-2, 2e-3)}
+#: in tests/test_interpreter.py. On a TPU, float32 matrix products run at JAX's default
+#: precision in bfloat16 passes (about three digits), so two orders differ by up to ~1e-2 there
+#: (8e-3 seen on MultiHeadAttention_h4): ``float32@tpu``.
+TOLERANCES = {"float64": (1e-9, 1e-11), "float32": (2e-4, 2e-5), "float32@tpu": (2e-2, 2e-2),
+              "bfloat16": (5e-2, 5e-2), "float16": (5e-2, 5e-2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,9 +245,7 @@ def _check(got, want, platform: str) -> dict:
         if not w.size:
             continue
         dtype = str(w.dtype)
-        if dtype == "float32" and platform == "tpu":
-            dtype = "bfloat16"
-        r, a = TOLERANCES.get(dtype, TOLERANCES["float32"])
+        r, a = TOLERANCES.get(f"{dtype}@{platform}", TOLERANCES.get(dtype, TOLERANCES["float32"]))
         s = max(1.0, float(jnp.max(jnp.abs(w))))
         err = jnp.abs(g.astype(w.dtype) - w)
         ok = ok and bool(jnp.all(err <= a * s + r * jnp.abs(w)))
@@ -251,24 +253,19 @@ def _check(got, want, platform: str) -> dict:
     return {"ok": ok, "max_abs_diff": diff, "scale": scale, "rel": diff / scale, "rtol": rtol, "atol": atol}
 
 
-def _orders(ex, graph, settings: Settings, agent) -> dict:
-    """method -> (order, seconds to find it, who found it) for alphagrad's methods."""
-    import warnings
+def _orders(graph, settings: Settings, agent) -> dict:
+    """method -> (order, wall seconds to find it, the stage that found it) for alphagrad's
+    methods, each run by its entry in :data:`eval.methods.METHODS` (seed 0)."""
+    from eval.methods import METHODS
 
-    from alphagrad import baselines
-
-    out = {"forward": ("fwd", 0.0, None), "reverse": ("rev", 0.0, None)}
-    t = time.perf_counter()
-    out["markowitz"] = (baselines.markowitz(graph), time.perf_counter() - t, None)
-    if settings.anneal_s > 0:
+    budgets = {"anneal": settings.anneal_s, "agent": settings.agent_s}
+    out = {}
+    for name in ORDER_METHODS:
+        if budgets.get(name) == 0 or (name == "agent" and agent is None):
+            continue
         t = time.perf_counter()
-        out["anneal"] = (baselines.anneal(graph, budget_s=settings.anneal_s, seed=0), time.perf_counter() - t, None)
-    if agent is not None:
-        with warnings.catch_warnings():  # over the model's vertex limit: annealing without the network
-            warnings.simplefilter("ignore")
-            res = agent.order(ex.fn, *ex.args, budget_s=settings.agent_s, seed=0, fallback="markowitz",
-                              progress=False)
-        out["agent"] = (res, res.seconds + res.compile_seconds, res.method)
+        found = METHODS[name].run(graph, budget_s=budgets.get(name), seed=0, agent=agent)
+        out[name] = (found.order, time.perf_counter() - t, found.details.get("found_by"))
     return out
 
 
@@ -293,10 +290,10 @@ def _program(ex, settings: Settings, agent) -> _Program:
 
     graph = ag.trace(ex.fn, *ex.args)
     argnums = tuple(range(len(ex.args)))
-    orders = _orders(ex, graph, settings, agent)
+    orders = _orders(graph, settings, agent)
     fns = {"jacrev": jax.jacrev(ex.fn, argnums=argnums), "jacfwd": jax.jacfwd(ex.fn, argnums=argnums)}
     fns.update({m: ag.jacobian(ex.fn, orders[m][0], argnums=argnums) for m in ORDER_METHODS if m in orders})
-    mults = {m: int(ag.cost(graph, o.order if hasattr(o, "order") else o)) for m, (o, _, _) in orders.items()}
+    mults = {m: int(ag.cost(graph, order)) for m, (order, _, _) in orders.items()}
     out = jax.eval_shape(fns["jacrev"], *ex.args)
     jac_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(out))
     return _Program(ex, graph, fns, orders, mults, int(jac_bytes), time.perf_counter() + settings.time_limit_s)

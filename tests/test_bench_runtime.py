@@ -5,6 +5,7 @@ platform; bad arguments exit 2 with one line before any work."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -69,3 +70,22 @@ def test_bad_arguments_exit_2_with_one_line(argv, capsys, monkeypatch):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "error" in err
+
+
+def test_headline_block_reads_every_published_task_from_the_reports(tmp_path):
+    """README's headline block is generated from the committed runtime reports."""
+    from eval import headline
+
+    root = os.path.join(os.path.dirname(__file__), os.pardir)
+    reports = [os.path.join(root, "eval", "results", d) for d in ("runtime_cpu", "runtime_tpu")]
+    text = headline.block(reports, "python -m eval.headline ...")
+    from alphagrad.examples import all_examples
+    for ex in all_examples():
+        if ex.family == "published":
+            assert f"| {ex.name} |" in text
+    assert "cpu:" in text and "tpu:" in text
+    readme = tmp_path / "R.md"
+    readme.write_text(f"a\n{headline.START}\nold\n{headline.END}\nb\n")
+    assert headline.main(reports + ["--readme", str(readme)]) == 0
+    assert "old" not in readme.read_text() and "| RoeFlux_3d |" in readme.read_text()
+    assert headline.main(["/nope", "--readme", str(readme)]) == 2

@@ -135,7 +135,8 @@ def test_order_target_and_model_errors(src, tmp_path, capsys):
 
 def test_order_traces_from_shapes_without_allocating(tmp_path, model, capsys):
     """--args gives shapes: 400 GB of float32 traces (nothing is allocated) and gets an order."""
-    (tmp_path / "big.py").write_text("import jax.numpy as jnp\n\ndef f(x):\n    return jnp.tanh(jnp.sin(x) * x).sum()\n")
+    (tmp_path / "big.py").write_text("import jax.numpy as jnp\n\n\ndef f(x):\n"
+                                     "    return jnp.tanh(jnp.sin(x) * x).sum()\n")
     code, out, err = run_cli(["order", f"{tmp_path / 'big.py'}:f", "--args", "f32[100000000000]", "--model", model,
                               "--budget", "0.2", "--json"], capsys)
     assert code == 0, err
@@ -240,8 +241,8 @@ def test_demo_fails_when_the_jacobian_is_wrong(monkeypatch, capsys):
     code, out, err = run_cli(DEMO, capsys)
     assert code == 1
     assert "differs from jax.jacrev beyond the tolerance" in err and "max abs difference 1.00e-02" in err
-    assert re.search(r"LennardJones_5: Jacobian in .* DIFFERS from jax.jacrev's: max abs difference 1.00e-02 .*x the "
-                     r"tolerance", out), out
+    assert re.search(r"LennardJones_5: Jacobian in .* DIFFERS from jax.jacrev's beyond jacrev's own rounding: against "
+                     r"jax.jacrev's in float64, max abs difference 1.00e-02 .*x the tolerance", out), out
 
 
 def test_demo_checks_the_chained_graph_too(monkeypatch, capsys):
@@ -335,10 +336,16 @@ def test_compare_jacobians():
     a = {"x": np.array([[1.0, 2.0], [3.0, np.nan]], np.float32)}
     check = cli.compare_jacobians(a, a)  # NaN where jacrev has NaN is equal
     assert check.ok and check.max_difference == 0.0 and check.used == 0.0 and check.scale == 3.0
-    assert check.dtypes == ("float32",)
+    assert check.dtypes == ("float32",) and (check.entries, check.nans, check.uncompared) == (4, 1, 0)
     check = cli.compare_jacobians({"x": np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)}, a)
-    assert not check.ok and check.max_difference == np.inf  # a number where jacrev has NaN is not
-    assert "a NaN or infinity where jacrev's entry differs" in check.describe("reverse")
+    assert check.ok and check.uncompared == 1  # a number where jacrev has NaN is not compared (0 * NaN)
+    assert "; 1 of 4 entries, where jacrev's is NaN and this one is not, not compared" in check.describe("x")
+    check = cli.compare_jacobians({"x": np.array([[1.0, 2.0], [np.nan, 4.0]], np.float32)}, a)
+    assert not check.ok and check.max_difference == np.inf  # a NaN where jacrev has a number is a mismatch
+    assert "a NaN or infinity where the reference differs" in check.describe("reverse")
+    nan = np.full(3, np.nan, np.float32)
+    check = cli.compare_jacobians(np.ones(3, np.float32), nan)
+    assert check.ok and "cannot be checked: jax.jacrev's is NaN in all its 3 entries" in check.describe("x")
     big = np.full(3, 1e6, np.float32)
     check = cli.compare_jacobians(big + 10.0, big)
     assert check.ok and check.max_difference == 10.0  # within float32's relative tolerance
@@ -357,3 +364,35 @@ def test_compare_jacobians():
     assert not check.ok and "a block of shape (3,) where jacrev's has (4,)" in check.describe("x")
     assert not cli.compare_jacobians((np.ones(2),), [np.ones(2)]).ok
     assert "layout" in cli.compare_jacobians((np.ones(2),), [np.ones(2)]).describe("x")
+
+
+def test_compare_jacobians_allows_for_jacrevs_own_rounding_against_float64():
+    truth = np.array([0.5, 0.25])
+    ref = (truth + [1e-4, 0.0]).astype(np.float32)  # jacrev's float32 rounding, 5x the tolerance
+    assert not cli.compare_jacobians(ref - np.float32(1e-4), ref).ok
+    check = cli.compare_jacobians((truth + [-1e-4, 0.0]).astype(np.float32), ref, truth)
+    assert check.ok and check.reference_error == pytest.approx(1e-4, rel=1e-3)
+    assert check.max_difference == pytest.approx(1e-4, rel=1e-3)
+    assert check.describe("x").startswith("Jacobian in x equals jax.jacrev's up to jacrev's own rounding: against "
+                                          "jax.jacrev's in float64, max abs difference 1.00e-04 (jacrev's own: "
+                                          "1.00e-04) on entries up to")
+    check = cli.compare_jacobians((truth + [1e-3, 0.0]).astype(np.float32), ref, truth)
+    assert not check.ok and "DIFFERS from jax.jacrev's beyond jacrev's own rounding" in check.describe("x")
+
+
+def test_check_jacobian_on_a_chained_graph(monkeypatch):
+    """SABR_16 chained 3 times: every order's float32 Jacobian is over the tolerance from
+    jacrev's, and closer than jacrev's to jacrev's in float64; above the interpreter's
+    one-program size the check runs the interpreter's jitted chunks."""
+    ex = ag.examples.get("SABR_16")
+    fn = ag.examples.chain(ex.fn, 3)
+    graph = ag.trace(fn, *ex.args)
+    check = cli._check_jacobian(graph, fn, ex.args, "rev")
+    assert check.ok and check.reference_error is not None, check
+    lj = ag.examples.get("LennardJones_5")
+    from alphagrad import interpreter
+
+    monkeypatch.setattr(interpreter, "CHUNK_ABOVE", 4)
+    graph = ag.trace(lj.fn, *lj.args)
+    check = cli._check_jacobian(graph, lj.fn, lj.args, ag.baselines.markowitz(graph))
+    assert check.ok and check.reference_error is None
