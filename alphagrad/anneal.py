@@ -176,11 +176,15 @@ def _budgeted(chunk_fn, budget_s, iterations, seed, temps, on_best=None, min_chu
     second, which runs about 1% of the budget). The clock starts at ``t_start``, or else
     after a call of no moves, which compiles the kernels the first time on a machine
     (seconds). It stops early when ``stop`` (a ``threading.Event``) is set; it calls
-    ``on_best(best)`` when a chunk improves. Interrupted (Ctrl-C) between or in a chunk,
-    it stops with a warning: the chunks replace the best order whole, so what it holds is
-    complete."""
+    ``on_best(best)`` when a chunk improves, and with ``iterations`` once, after its one
+    chunk (the caller reports it if it beats what it has shown). Interrupted (Ctrl-C)
+    between or in a chunk, it stops with a warning: the chunks replace the best order
+    whole, so what it holds is complete."""
     if iterations is not None:
-        return chunk_fn(iterations, *temps(iterations), seed)
+        best = chunk_fn(iterations, *temps(iterations), seed)
+        if on_best is not None:
+            on_best(best)
+        return best
     t0, t1 = temps(None)
     best = chunk_fn(0, t0, t0, seed)  # compiles the kernels (or loads numba's cache) before the clock
     t_start = time.perf_counter() if t_start is None else t_start
@@ -350,12 +354,15 @@ class _Annealing:
         ev, prefix = self.ev, self.prefix
         if self.n - self.keep < 2:
             return self.result([int(v) for v in prefix] + [int(v) for v in self.starts[0]])
+        self.fixed = ev.cost(prefix)
+        self.start_costs = [ev.cost(np.concatenate([prefix, o])) for o in self.starts]
+        self.shown = min(self.start_costs)  # the cheapest cost reported so far
         if self.n <= self.s.exact_limit and self.keep == 0:
             best_order, best = ev.optimal()
             _check_cap(best)
+            if self.report is not None:
+                self.report(best)
             return self.result(best_order)
-        self.fixed = ev.cost(prefix)
-        self.start_costs = [ev.cost(np.concatenate([prefix, o])) for o in self.starts]
         # false twins (that the kept opening does not touch) move as one unit, placed first
         # where the start order eliminates the first of them
         kept = set(prefix.tolist())
@@ -368,7 +375,6 @@ class _Annealing:
             return self.cheapest(self.grouped)
         self.evs = [ev] + [Evaluator(self.graph, self.convention, ev.tables)
                            for _ in range(1, self.threads)]  # pools grow per chain
-        self.shown = min(self.start_costs)  # the cheapest cost reported so far
         self.compile()
         self.descent_s = self.descent_seconds()
         self.halted = threading.Event()
@@ -536,8 +542,10 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       start: an order to start from instead of the baselines (anything
         :func:`~alphagrad.scoring.resolve_order` accepts), or a list of such orders to
         descend and start from the cheapest result; one order is annealed as it is.
-      progress: print the best cost as it improves (to stderr); or a function, called
-        with it instead (from the chains' threads; e.g. to update a progress bar).
+      progress: print the best cost as it improves on every start order (to stderr),
+        the last one printed being the returned order's (none if no order beats the
+        cheapest start); or a function, called with it instead (from the chains'
+        threads; e.g. to update a progress bar).
       keep: the first ``keep`` vertices of the start order stay first, in their order,
         and only the rest is annealed (a smaller search space: e.g. after a good
         opening); no exact solve then.
@@ -614,8 +622,13 @@ def anneal_dense(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention
         current, best = ev_.dense_anneal(*args, order, current, best_order, best, t_from, t_to, moves, chunk_seed)
         return best
 
+    shown = best
+
     def on_best(cost):
-        print(f"anneal: {cost} multiplications", file=sys.stderr)
+        nonlocal shown
+        if cost < shown:
+            shown = cost
+            print(f"anneal: {cost} multiplications", file=sys.stderr)
 
     best = _budgeted(chunk, budget_s, iterations, seed, lambda moves: (t0, t1), on_best if progress else None)
     _check_cap(best)

@@ -444,7 +444,11 @@ VALUE_RULES = {"dot_general": _dot_general_value}
 
 
 def structures(eqn: Equation, argnum: int) -> list:
-    """One structure (or None) per result of ``eqn`` for its operand ``argnum``."""
+    """One structure (or None) per result of ``eqn`` for its operand ``argnum``. A
+    primitive with no float result (a comparison, an index search) has no derivative,
+    whatever it is: it needs no rule."""
+    if not is_float(eqn.in_dtypes[argnum]) or not any(is_float(dt) for dt in eqn.out_dtypes):
+        return [None] * len(eqn.out_shapes)
     rule = RULES.get(eqn.name)
     if rule is None:
         raise UnsupportedPrimitiveError(
@@ -452,8 +456,6 @@ def structures(eqn: Equation, argnum: int) -> list:
             f"(created at {eqn.source}). Rewrite that line with "
             f"supported operations, or open an issue naming the primitive."
         )
-    if not is_float(eqn.in_dtypes[argnum]):
-        return [None] * len(eqn.out_shapes)
     out = rule(eqn, argnum)
     return [s if s is not None and is_float(dt) else None for s, dt in zip(out, eqn.out_dtypes)]
 

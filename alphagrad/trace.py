@@ -42,6 +42,8 @@ matter. Unrolling stops with a :class:`TraceError` once the program exceeds
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 
 import jax
 import jax.extend as jex
@@ -173,6 +175,22 @@ def _source(eqn, fallback: str = "an unknown place") -> str:
     return where or fallback
 
 
+def _call_site(f) -> str:
+    """Where an equation with no line of the user's code came from (``f`` is a library
+    function, such as ``jax.scipy.linalg.expm``, traced directly): ``f`` and the user's
+    line that called alphagrad on it (the innermost frame outside alphagrad and JAX)."""
+    inner = getattr(f, "func", f)  # a functools.partial: the function it wraps
+    name = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(inner).__name__
+    library = tuple(os.path.dirname(m.__file__) + os.sep for m in (prim, jax))
+    frame = sys._getframe()
+    while frame is not None:  # innermost first
+        code = frame.f_code
+        if not os.path.abspath(code.co_filename).startswith(library):
+            return f"a line inside `{name}`, called at {code.co_filename}:{frame.f_lineno} ({code.co_name})"
+        frame = frame.f_back
+    return f"a line inside `{name}`"
+
+
 def _check_args(f, args):
     if not callable(f):
         raise TypeError(f"alphagrad.trace expects a callable function, got {type(f).__name__}")
@@ -186,12 +204,19 @@ def _check_args(f, args):
             )
     if not leaves:
         raise TypeError("alphagrad.trace needs at least one example argument")
+    dtypes = [jnp.result_type(leaf) for leaf in leaves]
+    if not any(jnp.issubdtype(d, jnp.inexact) for d in dtypes):
+        raise TraceError(
+            f"no argument is a float array (got {', '.join(sorted({str(d) for d in dtypes}))}): a "
+            f"Jacobian is taken with respect to float inputs, as jax.jacrev takes it; pass the "
+            f"arguments to differentiate as floats")
     for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
         if jnp.issubdtype(jnp.result_type(leaf), jnp.complexfloating):
             raise TraceError(_COMPLEX.format(
                 what=f"argument {jax.tree_util.keystr(path)}", dtype=jnp.result_type(leaf),
-                fix="pass its real and imaginary parts as separate real arrays and combine them "
-                    "inside with lax.complex only where the result is real again"))
+                fix="pass its real and imaginary parts as separate real arrays and compute with "
+                    "them in real arithmetic (|z| as jnp.hypot(re, im), z * w as (a*c - b*d, "
+                    "a*d + b*c)): no value that depends on an input may be complex"))
 
 
 def trace(f, *args, max_equations: int | None = None) -> Graph:
@@ -212,7 +237,8 @@ def trace(f, *args, max_equations: int | None = None) -> Graph:
 
     Raises:
       TypeError: ``f`` is not callable or an argument is not an array.
-      TraceError: no output depends on an input, or an output is an integer.
+      TraceError: no argument is a float array, or an output is an integer. (Outputs
+        that depend on no input at these arguments are fine: their Jacobian is zero.)
         Also: a loop whose trip count depends on an argument, a loop unrolled past
         ``max_equations``, a branch chosen by arguments given as shapes only
         (:class:`ConcreteValuesNeeded`).
@@ -233,7 +259,7 @@ def trace(f, *args, max_equations: int | None = None) -> Graph:
         builder.known[slot] = (None if abstract else jnp.asarray(leaf, var.aval.dtype), frozenset([slot]))
         if prim.is_float(var.aval.dtype):
             builder.vertex_of[slot] = builder.new_vertex(slot, INPUT, "input")
-    out_slots = builder.inline(closed.jaxpr, list(closed.consts), input_slots)
+    out_slots = builder.inline(closed.jaxpr, list(closed.consts), input_slots, _call_site(f))
     return builder.finish(tuple(input_slots), out_slots, in_tree, out_tree)
 
 
@@ -776,14 +802,10 @@ class _Builder:
         return output_vertex, copies
 
     def _alive(self, output_vertex) -> list[int]:
-        """The vertices kept: inputs, and those that reach an output."""
+        """The vertices kept: inputs, and those that reach an output (none where no output
+        depends on an input at this point, e.g. a ``lax.cond`` branch constant in them:
+        the Jacobian is zero, as ``jax.jacrev`` gives it)."""
         outs = set(output_vertex)
-        if not any(b in outs for (_, b) in self.edges):
-            raise TraceError(
-                "no output of the function depends on any (float) input, so its Jacobian is "
-                "zero and there is nothing to eliminate; check that the function uses its "
-                "arguments"
-            )
         # Keep vertices that reach an output (inputs and outputs always stay).
         preds: dict[int, set] = {}
         for (a, b) in self.edges:

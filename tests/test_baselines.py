@@ -114,6 +114,27 @@ def test_annealing_climbs_when_hot_never_when_cold_and_beats_the_descent_alone()
         assert ag.cost(g, annealed) < c0, name
 
 
+@pytest.mark.parametrize("name", ["RoeFlux_3d", "RandomG", "BlackScholes_Jacobian", "small"])
+def test_anneal_reports_every_cheaper_order_it_finds_ending_with_the_one_it_returns(name, small):
+    """``progress`` is told each cost below every start order's, annealing's own
+    improvements included (not only the descents'), the last the returned order's."""
+    if name == "small":  # solved exactly
+        g = small
+    else:
+        ex = ag.examples.get(name)
+        g = ag.trace(ex.fn, *ex.args)
+    cheapest_start = min(ag.cost(g, o) for o in ("fwd", "rev", "markowitz"))
+    for threads, keep in [(1, 0), (2, 0), (1, 3)]:
+        seen = []
+        order = baselines.anneal(g, iterations=3000, seed=0, threads=threads, keep=keep,
+                                 start="reverse" if keep else None, progress=seen.append)
+        start_cost = ag.cost(g, "rev") if keep else cheapest_start
+        assert seen == sorted(set(seen), reverse=True) and all(c < start_cost for c in seen), (threads, keep)
+        assert (seen[-1] if seen else start_cost) == ag.cost(g, order), (threads, keep)
+        if name != "small":
+            assert seen, (threads, keep)
+
+
 def test_anneal_chains_side_by_side_only_add_to_the_chain_of_its_seed():
     g = ag.trace(*_roeflux_1d())
     one = baselines.anneal(g, iterations=3000, seed=5, threads=1)

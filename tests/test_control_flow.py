@@ -219,6 +219,35 @@ def test_cond_is_the_branch_taken_at_each_point():
     _check_at(uneven, -X)
 
 
+def test_a_branch_constant_in_the_inputs_has_the_zero_jacobian_jax_gives():
+    """Where the branch taken does not depend on the inputs (a ReLU written with lax.cond,
+    at a negative point), no output depends on them there: the Jacobian is zero, as
+    jax.jacrev gives it, and the graph has nothing to eliminate (cost 0, empty order)."""
+    relu = lambda x: lax.cond(x > 0, lambda y: y, jnp.zeros_like, x)  # noqa: E731
+    gated = lambda x: lax.cond(x.sum() > 0, jnp.sin, jnp.zeros_like, x)  # noqa: E731
+    for f, points in [(relu, (jnp.float32(2.0), jnp.float32(-2.0))), (gated, (X, -X))]:
+        jac = jacobian(f, "markowitz")
+        for x in points:
+            want = jax.jacrev(f)(x)
+            np.testing.assert_array_equal(jac(x), want)
+            for order in ("fwd", "rev"):
+                np.testing.assert_array_equal(jacobian(f, order)(x), want)
+    g = ag.trace(gated, -X)
+    assert (len(g.inputs), len(g.intermediates), len(g.edges)) == (1, 0, 0)
+    assert [ag.cost(g, o) for o in ("fwd", "rev", "markowitz", [])] == [0, 0, 0, 0]
+    np.testing.assert_array_equal(jacobian(gated, [])(-X), np.zeros((3, 3)))
+    assert baselines.optimal(g) == baselines.anneal(g, iterations=10) == []
+    assert "0 edges" in g.summary() and "branch 0 of 2" in g.summary()
+    # an output constant everywhere, alone or beside one that is not
+    np.testing.assert_array_equal(jacobian(lambda x: jnp.zeros(2))(X), np.zeros((2, 3)))
+    both = lambda x, y: (jnp.ones(2), jnp.sin(y))  # noqa: E731
+    for got, want in zip(jacobian(both, argnums=(0, 1))(X, X), jax.jacrev(both, argnums=(0, 1))(X, X)):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ag.TraceError, match=r"no argument is a float array \(got int32\)"):
+        ag.trace(lambda n: n * 1.0, jnp.arange(3))
+
+
 def test_branches_on_carried_values_inside_a_loop_with_a_custom_rule():
     """Each iteration's cond is decided from the values the loop carries at the point
     (evaluated from the example argument), with relu differentiated by its rule."""

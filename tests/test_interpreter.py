@@ -405,3 +405,30 @@ def test_deep_graphs_compute_shared_values_once_and_stay_exact():
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
         assert executed_multiplications(ex.fn, order, *ex.args) == ag.cost(g, order)
     assert "reduce" in J.lower(*ex.args).as_text()
+
+
+def test_the_complex_argument_advice_gives_the_jacobian_jax_gives_the_complex_form():
+    """A complex argument is refused with advice: split it into real and imaginary parts
+    and compute in real arithmetic. Followed, the advice gives the Jacobian jax.jacrev
+    gives the complex form; mixing them back into a complex value is refused."""
+    a, b, c, d = (jnp.array(v) for v in ([0.3, -1.0, 2.0], [1.0, 0.5, -2.0], [0.7, 0.0, -0.4], [-1.5, 2.0, 0.1]))
+    with pytest.raises(ag.TraceError, match=r"complex64.*jnp.hypot\(re, im\).*no value that depends on an input"):
+        ag.trace(jnp.abs, jnp.ones(3, jnp.complex64))
+    complex_form = lambda a, b: jnp.abs(jax.lax.complex(a, b))  # noqa: E731
+    with pytest.raises(ag.TraceError, match=r"`complex` at .* is complex64.*real arithmetic"):
+        ag.trace(complex_form, a, b)
+    for got, want in zip(jacobian(jnp.hypot, argnums=(0, 1))(a, b), jax.jacrev(complex_form, argnums=(0, 1))(a, b)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+    def product(a, b, c, d):  # z * w as its real and imaginary parts
+        return a * c - b * d, a * d + b * c
+
+    def complex_product(a, b, c, d):
+        zw = jax.lax.complex(a, b) * jax.lax.complex(c, d)
+        return zw.real, zw.imag
+
+    argnums = (0, 1, 2, 3)
+    got = jacobian(product, argnums=argnums)(a, b, c, d)
+    want = jax.jacrev(complex_product, argnums=argnums)(a, b, c, d)
+    for x, y in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)

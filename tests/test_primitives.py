@@ -164,6 +164,29 @@ def test_unsupported_primitive_names_it_and_the_source_line():
         ag.trace(f, X[0])
 
 
+def test_a_library_function_traced_directly_is_named_with_the_users_line():
+    """An equation with no line of the user's code (inside a JAX function passed as it is)
+    is placed at the user's call of alphagrad, not at "an unknown place"."""
+    with pytest.raises(ag.UnsupportedPrimitiveError,
+                       match=r"`sort` \(created at a line inside `sort`, called at .*test_primitives.py:\d+ \(test_"):
+        ag.trace(jnp.sort, X[0])
+    with pytest.raises(ag.UnsupportedPrimitiveError, match=r"inside `sort`, called at .*test_primitives.py:\d+"):
+        ag.jacobian(jnp.sort)(X[0])
+
+
+def test_primitives_without_a_float_result_need_no_rule():
+    """A comparison or an index search has no derivative, whatever the primitive: JAX's
+    expm compares the input's norm with ``lt_to`` (no rule) to choose its branch."""
+    from alphagrad.interpreter import executed_multiplications
+
+    expm = jax.scipy.linalg.expm
+    for a in (X[:, :3] / 4, X[:, :3] * 2):  # two different branches of expm's degree
+        g = ag.trace(expm, a)
+        want = jax.jacrev(expm)(a)
+        np.testing.assert_allclose(ag.jacobian(expm, "rev")(a), want, rtol=1e-4, atol=1e-5)
+        assert executed_multiplications(expm, "rev", a) == ag.cost(g, "rev")
+
+
 # Control flow (scan, while, cond) is unrolled or resolved by alphagrad.trace; what it
 # still refuses (traced trip counts, branches given shapes only, unrolled size) is tested
 # in tests/test_control_flow.py.

@@ -116,6 +116,25 @@ def test_networks_over_the_limits_are_config_errors(network, message, tmp_path, 
     assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("setting,message", [
+    ("learning_rate=.nan", "learning_rate must be a finite number, got nan"),
+    ("learning_rate=.inf", "learning_rate must be a finite number, got inf"),
+    ("learning_rate=0", "learning_rate must be positive"),
+    ("value_weight=.nan", "value_weight must be a finite number"),
+    ("weight_decay=-0.1", "weight_decay must be >= 0"),
+    ("grad_clip=0", "grad_clip must be positive"),
+    ("ema_decay=.nan", "ema_decay must be a finite number"),
+    ("seed=-1", "seed must be >= 0"),
+])
+def test_numeric_settings_out_of_range_are_refused_before_training(setting, message, tmp_path, capsys):
+    """NaN passes every comparison, so each number is checked finite, then in range: a
+    run on a NaN learning rate used to train until its export failed."""
+    assert cli.main(["--config", SMOKE, "--set", setting, "--set", f"data.path={tmp_path}",
+                     "--workdir", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # stopped before training started
+
+
 def test_cli_reports_config_errors(tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"data": {"path": str(tmp_path / "missing")}}))
@@ -402,6 +421,8 @@ def test_stakes_weigh_the_states_of_graphs_where_markowitz_loses_most(data):
     with pytest.raises(C.ConfigError, match="stakes_weight must be >= 0"):
         tiny_config(data, stakes_weight=-1.0).validate()
     with pytest.raises(C.ConfigError, match="regret_weight must be >= 0"):
+        tiny_config(data, regret_weight=-0.5).validate()
+    with pytest.raises(C.ConfigError, match="regret_weight must be a finite number, got nan"):
         tiny_config(data, regret_weight=float("nan")).validate()
 
 

@@ -7,6 +7,7 @@ no run. Nothing here trains."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -44,6 +45,7 @@ def test_missing_data_path_names_the_configs_build_command(tmp_path, capsys):
     assert text.count("--out data/smoke ") == 1 and text.count("path: data/smoke") == 1
     config = tmp_path / "smoke.yaml"
     config.write_text(text.replace("data/smoke", missing))
+    shutil.copy(os.path.join(os.path.dirname(SMOKE), "base.yaml"), tmp_path / "base.yaml")
     code = cli.main(["--config", str(config), "--workdir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2 and f"data.path {missing!r} does not exist; build it with the command" in err

@@ -7,6 +7,7 @@ not exist or sizes that do not fit the model stop with a message before training
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import types
 import typing
@@ -141,16 +142,22 @@ class TrainConfig:
 
     def validate(self, check_paths: bool = True) -> None:
         """Raises :class:`ConfigError` for values that cannot work."""
+        settings = {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                    **{f"data.{f.name}": getattr(self.data, f.name) for f in dataclasses.fields(self.data)}}
+        for name, value in settings.items():  # NaN passes every comparison below; inf trains on inf
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}")
         positive = ["steps", "tokens_per_batch", "states_per_graph", "edges_per_vertex", "checkpoint_every",
-                    "keep_checkpoints", "eval_every", "max_vertices"]
+                    "keep_checkpoints", "eval_every", "max_vertices", "learning_rate", "grad_clip",
+                    "data.max_vertices"]
         for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            raise ConfigError(f"learning_rate must be positive, got {self.learning_rate}")
-        for name in ("stakes_weight", "regret_weight", "reinforce_weight"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+            if not settings[name] > 0:
+                raise ConfigError(f"{name} must be positive, got {settings[name]}")
+        at_least_zero = ["seed", "weight_decay", "value_weight", "stakes_weight", "regret_weight",
+                         "reinforce_weight", "data.max_train_graphs", "data.max_validation_graphs"]
+        for name in at_least_zero:
+            if not settings[name] >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {settings[name]}")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"ema_decay must be in [0, 1) (0: no average of the weights; 0.999: about the "
                               f"last 1,000 steps), got {self.ema_decay}")

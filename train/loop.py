@@ -340,7 +340,7 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     schedule = Schedule(train_data, config)
     last, t0, wall0 = {}, time.time(), meta.get("wall_s", 0.0)
     bar = tqdm(total=config.steps, initial=start, desc="train", disable=not progress)
-    step, done_here, window = start, 0, []  # training metrics since the last row
+    step, done_here, window = start, 0, list(meta.get("window", []))  # training metrics since the last row
     while step < config.steps and (stop_after is None or done_here < stop_after):
         epoch, visits = schedule(step)
         V, E, K, G = batch_shape(train_data, visits, config)
