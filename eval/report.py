@@ -744,9 +744,11 @@ def _jsonable(x):
 # The run.
 
 
-def run(config: EvalConfig) -> tuple[dict, int]:
+def run(config: EvalConfig, agent=None) -> tuple[dict, int]:
     """Evaluates, writes everything under ``config.out``; returns (report, exit code):
-    0 when at least one method gave a valid order on one graph, else 1."""
+    0 when at least one method gave a valid order on one graph, else 1. ``agent``: the
+    model of ``config.model``, if the caller loaded it (else it is loaded here when a
+    method needs it, and a load error fails that method's rows)."""
     t0 = time.perf_counter()
     os.makedirs(config.out, exist_ok=True)
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -779,7 +781,7 @@ def run(config: EvalConfig) -> tuple[dict, int]:
 
     if rows and any(METHODS[k].needs_model for k in config.methods):
         try:
-            ctx.agent = load_agent(config.model)
+            ctx.agent = agent if agent is not None else load_agent(config.model)
             model_info["params_sha256"] = params_digest(ctx.agent)
             model_info["config"] = ctx.agent.config
         except Exception as e:  # noqa: BLE001 - a missing model fails the agent's rows only

@@ -162,18 +162,30 @@ def test_crashing_method_is_a_failure_row_and_the_rest_completes(data, tmp_path,
     assert "PropaneCombustion" in _read(os.path.join(out, "published.md"))
 
 
-def test_missing_dataset_gives_a_report_and_exit_1(tmp_path):
+def _config(out, **kw):
+    """A quick evaluation's config, as a caller from Python gives it."""
+    return R.EvalConfig(out=out, **{"budgets": (0.2,), "zero_shot_budget": 0.2, "limit": 1, "jacobian_bench": False,
+                                    "quiet": True, **kw})
+
+
+def test_missing_dataset_gives_a_report_and_exit_1(tmp_path, capsys):
+    """Called from Python, a missing dataset is a report with exit code 1; the CLI refuses it
+    in one line (exit status 2) before any work."""
     out = str(tmp_path / "r")
-    assert cli.main(["--data", str(tmp_path / "nowhere"), "--out", out] + FAST) == 1
+    assert R.run(_config(out, data=str(tmp_path / "nowhere")))[1] == 1
     rep = json.loads(_read(os.path.join(out, "report.json")))
     assert rep["failures"][0]["stage"] == "dataset" and "does not exist" in rep["failures"][0]["reason"]
     assert "does not exist" in _read(os.path.join(out, "report.md"))
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--data", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r2")] + FAST)
+    assert info.value.code == 2 and "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()
 
 
-def test_missing_model_and_empty_split_are_reported(data, tmp_path):
+def test_missing_model_and_empty_split_are_reported(data, tmp_path, capsys):
     out = str(tmp_path / "r")
-    code = cli.main(["--model", str(tmp_path / "no_model"), "--data", data, "--out", out,
-                     "--families", "random_heldout", "--methods", "zero-shot"] + FAST)
+    report, code = R.run(_config(out, model=str(tmp_path / "no_model"), data=data, families=("random_heldout",),
+                                 methods=("zero-shot",)))
     assert code == 0  # the baselines still ran
     rep = json.loads(_read(os.path.join(out, "report.json")))
     zs = next(r for r in rep["records"] if r["method"] == "zero-shot")
@@ -182,9 +194,18 @@ def test_missing_model_and_empty_split_are_reported(data, tmp_path):
     assert "model not loaded" in _read(os.path.join(out, "report.md"))
     # the tiny build has an empty validation split
     out2 = str(tmp_path / "r2")
-    assert cli.main(["--data", data, "--split", "validation", "--out", out2] + FAST) == 1
+    assert R.run(_config(out2, data=data, split="validation"))[1] == 1
     rep2 = json.loads(_read(os.path.join(out2, "report.json")))
     assert "is empty" in rep2["failures"][0]["reason"]
+    # the CLI refuses both before any work, in one line
+    for argv, message in ((["--model", str(tmp_path / "no_model"), "--methods", "zero-shot"],
+                           f"cannot load the model {tmp_path / 'no_model'}: Directory "),
+                          (["--split", "validation"], f"split 'validation' of {data} has no rows")):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["--data", data, "--out", str(tmp_path / "r3")] + argv + FAST)
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "r3").exists()
 
 
 def test_leakage_check_flags_a_duplicate():
@@ -274,6 +295,24 @@ def test_per_family_limits():
     rows, failures = R.select_rows(ds, ("published:2", "random_heldout", "nope"), 1)
     assert [r["k"] for r in rows] == [0, 1, 3]
     assert len(failures) == 1 and "nope" in failures[0]["reason"]
+
+
+def test_a_tie_with_the_best_baseline_is_not_a_win():
+    """``beats best baseline`` counts graphs where a method is strictly cheaper than
+    min(forward, reverse, Markowitz): equal is no win (the best baseline ties with itself)."""
+    records = []
+    for name, cost in (("tie", 10), ("win", 9), ("loss", 12)):  # the best baseline costs 10 on each graph
+        recs = [{"family": "f", "name": name, "graph_hash": name, "method": m, "status": "ok", "cost": c,
+                 "seconds": 0.1} for m, c in (("forward", 10), ("reverse", 11), ("markowitz", 13), ("anneal@1s", cost))]
+        R._add_ratios(recs, {"best_baseline": 10})
+        records += recs
+    assert [r["ratio_best"] for r in records if r["method"] == "anneal@1s"] == [1.0, 0.9, 1.2]
+    summary = {(s["family"], s["method"]): s for s in R.summarize(records, ["forward", "reverse", "markowitz",
+                                                                          "anneal@1s"])}
+    for fam in ("f", "all"):
+        assert summary[(fam, "anneal@1s")]["beats_best_baseline"] == 1  # "win" only, not "tie"
+        assert summary[(fam, "forward")]["beats_best_baseline"] == 0  # the best baseline on every graph
+        assert summary[(fam, "markowitz")]["beats_best_baseline"] == 0
 
 
 def _rec(name, kind, cost, budget=None, family="published", n=100, best=100, seconds=1.0):

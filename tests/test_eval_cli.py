@@ -1,12 +1,14 @@
 """``python -m eval`` on a fresh clone: without ``--data`` it evaluates the examples shipped
 in the package (split as ``python -m data_gen build`` splits them) at a short default
-budget and says so on stderr; reports record paths inside the repository relative to it."""
+budget and says so on stderr; reports record paths inside the repository relative to it;
+arguments that cannot work are refused in one line, exit status 2, before any work."""
 
 from __future__ import annotations
 
 import json
 import os
 
+import datasets
 import pytest
 
 from eval import __main__ as cli
@@ -58,18 +60,83 @@ def test_without_data_the_zoo_is_the_train_split(tmp_path, capsys):
                                            (["--budgets", "2,1"], (1.0, 2.0))])
 def test_default_budgets_are_short_without_a_dataset(monkeypatch, argv, budgets):
     seen = {}
-    monkeypatch.setattr(R, "run", lambda config: (seen.setdefault("config", config), 0))
+    monkeypatch.setattr(cli, "_problem", lambda args: None)  # "somewhere" is no dataset
+    monkeypatch.setattr(cli, "_agent", lambda p, args: None)
+    monkeypatch.setattr(R, "run", lambda config, agent: (seen.setdefault("config", config), 0))
     assert cli.main(["--out", "unused"] + argv) == 0
     assert seen["config"].budgets == budgets
 
 
-def test_data_that_is_a_file_is_reported(tmp_path):
+def _refused(argv, capsys, monkeypatch, tmp_path) -> str:
+    """The one line ``python -m eval`` refuses ``argv`` with (exit status 2, nothing run or
+    written)."""
+    def no_work(*args, **kwargs):
+        raise AssertionError("the evaluation started")
+
+    monkeypatch.setattr(R, "run", no_work)
+    out = tmp_path / "report"
+    capsys.readouterr()  # what came before (datasets' progress bars)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--out", str(out), *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2, err
+    assert err.startswith("python -m eval: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists()
+    return err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--split", "bogus"], "alphagrad.examples has no split 'bogus' (splits: ['heldout', 'train', 'validation'])"),
+    (["--data", "/nope"], "dataset directory '/nope' does not exist; build one with `python -m data_gen build"),
+    (["--families", "nosuch"], "--families nosuch: split 'heldout' of alphagrad.examples (no --data) has no "
+                               "family 'nosuch' (families: published)"),
+    (["--families", "published", "nosuch:2"], "has no family 'nosuch'"),
+    (["--families", "published:x"], "--families published:x: expected FAMILY or FAMILY:N with N >= 1"),
+    (["--split", "train", "--families", "published"], "split 'train' of alphagrad.examples (no --data) has no "
+                                                      "family 'published' (families: "),
+    (["--model", "does/not/exist"], "cannot load the model does/not/exist: Directory 'does/not/exist' does not "
+                                    "exist"),
+    (["--budgets", "nan"], "argument --budgets: 'nan': budgets must be finite positive seconds"),
+    (["--budgets", "5,inf"], "argument --budgets: '5,inf': budgets must be finite positive seconds"),
+    (["--budgets", "5,-1"], "budgets must be finite positive seconds"),
+    (["--zero-shot-budget", "nan"], "argument --zero-shot-budget: 'nan': expected finite positive seconds"),
+    (["--extra", "anneal@nan"], "argument --extra: 'anneal@nan': expected METHOD@SECONDS"),
+    (["--limit", "0"], "argument --limit: '0': expected an integer >= 1"),
+    (["--seed", "-1"], "argument --seed: '-1': expected an integer from 0 to 4294967295"),
+    (["--jac-repeats", "0"], "argument --jac-repeats: '0': expected an integer >= 1"),
+    (["--train-data", "/nope"], "--train-data /nope: no such dataset directory"),
+])
+def test_arguments_that_cannot_work_are_one_line_and_exit_2_before_any_work(argv, message, capsys, monkeypatch,
+                                                                           tmp_path):
+    assert message in _refused(argv, capsys, monkeypatch, tmp_path)
+
+
+def test_an_out_that_is_a_file_and_data_that_is_a_file_are_refused(tmp_path, capsys, monkeypatch):
     f = tmp_path / "train.parquet"
     f.write_text("")
-    out = str(tmp_path / "r")
-    assert cli.main(["--data", str(f), "--out", out] + FAST) == 1
-    rep = _read_json(os.path.join(out, "report.json"))
-    assert "is a file" in rep["failures"][0]["reason"]
+    err = _refused(["--data", str(f)], capsys, monkeypatch, tmp_path)
+    assert f"--data {str(f)!r} is a file; pass the directory written by `python -m data_gen build" in err
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--out", str(f)] + FAST)
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (f"python -m eval: error: --out {f}: {f} is a file; give a directory for the "
+                                       "report (created if needed)\n")
+    with pytest.raises(SystemExit):
+        cli.main(["--out", str(f / "sub")] + FAST)
+    assert f"--out {f / 'sub'}: {f} is a file" in capsys.readouterr().err
+    assert f.read_text() == ""
+
+
+def test_an_empty_split_is_refused(tmp_path, capsys, monkeypatch):
+    data = tmp_path / "data"
+    features = datasets.Features({"family": datasets.Value("string")})
+    datasets.DatasetDict({s: datasets.Dataset.from_dict({"family": f}, features=features) for s, f in
+                          (("heldout", ["published"]), ("validation", []))}).save_to_disk(
+        str(data), num_shards={"heldout": 1, "validation": 1})  # as data_gen saves an empty split
+    err = _refused(["--data", str(data), "--split", "validation"], capsys, monkeypatch, tmp_path)
+    assert f"split 'validation' of {data} has no rows" in err
+    err = _refused(["--data", str(data), "--split", "test"], capsys, monkeypatch, tmp_path)
+    assert f"{str(data)!r} has no split 'test' (splits: ['heldout', 'validation'])" in err
 
 
 def test_paths_inside_the_repository_are_recorded_relative_to_it(tmp_path):

@@ -2,6 +2,7 @@
 cache, offline), error messages, push_to_hub's dry run, push_folder and the model card. No
 test touches the network: Hub access is either offline mode or a monkeypatched function."""
 
+import hashlib
 import json
 import os
 import warnings
@@ -41,6 +42,7 @@ from alphagrad.hub import (
     save_files,
 )
 from alphagrad.hub.card import is_model_card
+from alphagrad.hub.format import CHECKSUM_KEY, RESERVED
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 EVALUATION = "| function | alphagrad | reverse |\n| --- | --- | --- |\n| f | 10 | 12 |\n"
@@ -137,7 +139,8 @@ def test_save_pretrained_round_trip(tmp_path):
     assert_same(agent, Dummy.from_pretrained(str(target)))
 
     config = json.loads((target / CONFIG_NAME).read_text())
-    assert config == {"dim": 4, "model_type": MODEL_TYPE, "format_version": FORMAT_VERSION}
+    assert config == {"dim": 4, "model_type": MODEL_TYPE, "format_version": FORMAT_VERSION,
+                      CHECKSUM_KEY: hashlib.sha256((target / WEIGHTS_NAME).read_bytes()).hexdigest()}
     assert (target / CONFIG_NAME).read_text() == json.dumps(config, sort_keys=True, indent=2) + "\n"
     assert (target / CARD_NAME).read_text() == agent._hub_payload()[2]
 
@@ -172,6 +175,8 @@ def test_save_files_rejects_bad_input(tmp_path):
         save_files(tmp_path, {"dim": object()}, params, "card")
     with pytest.raises(ValueError, match="without '/'"):
         save_files(tmp_path, {}, {"a/b": np.zeros(2)}, "card")
+    with pytest.raises(ValueError, match="weights_sha256.*reserved: saving records the checksum"):
+        save_files(tmp_path, {CHECKSUM_KEY: "0" * 64}, params, "card")
     assert os.listdir(tmp_path) == []
     assert save_files(tmp_path / "x", {"model_type": MODEL_TYPE}, params, "card") == list(FILE_NAMES)
 
@@ -449,10 +454,102 @@ def test_save_into_a_file_or_with_non_finite_params(tmp_path):
 # ------------------------------------------------------------- what loading accepts
 
 
-def _write_weights(directory, tensors):
-    """Replace a saved model's weights with `tensors` (flat names), keeping alphagrad's metadata."""
+def _write_weights(directory, tensors, keep_checksum=False):
+    """Replace a saved model's weights with `tensors` (flat names), keeping alphagrad's metadata,
+    as another tool would: config.json then records no checksum (unless `keep_checksum`)."""
     meta = {"format": "np", "model_type": MODEL_TYPE, "format_version": str(FORMAT_VERSION)}
     (directory / WEIGHTS_NAME).write_bytes(safetensors.numpy.save(tensors, metadata=meta))
+    if not keep_checksum:
+        config = json.loads((directory / CONFIG_NAME).read_text())
+        config.pop(CHECKSUM_KEY, None)
+        (directory / CONFIG_NAME).write_text(json.dumps(config))
+
+
+# ------------------------------------------------------------------ the weights' checksum
+
+
+@pytest.mark.parametrize("fill", ["zeros", "random"])
+def test_a_damaged_weights_file_is_refused_naming_the_file(tmp_path, fill):
+    target = tmp_path / "model"
+    make_dummy(1024).save_pretrained(target)  # 16 kB of weights
+    weights = target / WEIGHTS_NAME
+    data = bytearray(weights.read_bytes())
+    block = bytes(4096) if fill == "zeros" else np.random.default_rng(1).bytes(4096)
+    data[-8192:-4096] = block  # 4 kB of the tensor data overwritten
+    weights.write_bytes(bytes(data))
+    with pytest.raises(NotAnAlphagradModelError) as info:
+        Dummy.from_pretrained(target)
+    message = str(info.value)
+    if fill == "zeros":  # finite: only the checksum tells
+        assert f"the weights file {weights} does not match the checksum in config.json" in message
+        assert "damaged" in message and "Save or download the model again" in message
+    else:  # random bytes (NaN or infinity among them, found first here): either message names the file
+        assert str(target) in message and WEIGHTS_NAME in message and "damaged" in message
+
+
+def test_rescaled_weights_are_refused(tmp_path):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path)
+    flat = safetensors.numpy.load_file(tmp_path / WEIGHTS_NAME)
+    _write_weights(tmp_path, {k: v * np.float32(1e30) for k, v in flat.items()}, keep_checksum=True)
+    with pytest.raises(NotAnAlphagradModelError, match="does not match the checksum in config.json") as info:
+        Dummy.from_pretrained(tmp_path)
+    assert str(tmp_path / WEIGHTS_NAME) in str(info.value)
+    agent.save_pretrained(tmp_path)  # saving again records the checksum of what it writes
+    assert_same(agent, Dummy.from_pretrained(tmp_path))
+
+
+def test_a_damaged_file_in_the_hf_cache_is_refused_naming_it(tmp_path, hf_cache, offline):
+    make_dummy().save_pretrained(tmp_path / "saved")
+    snapshot = put_in_cache(hf_cache, "org/name", tmp_path / "saved")
+    weights = snapshot / WEIGHTS_NAME
+    flat = safetensors.numpy.load_file(weights)
+    weights.write_bytes(safetensors.numpy.save({k: -v for k, v in flat.items()}, metadata={"format": "np"}))
+    with pytest.raises(NotAnAlphagradModelError, match="does not match the checksum") as info:
+        Dummy.from_pretrained("org/name")
+    assert str(weights) in str(info.value) and "force_download=True" in str(info.value)
+
+
+def test_a_model_saved_without_a_checksum_loads(tmp_path):
+    agent = make_dummy()
+    agent.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / CONFIG_NAME).read_text())
+    del config[CHECKSUM_KEY]  # as saved before checksums were recorded
+    (tmp_path / CONFIG_NAME).write_text(json.dumps(config))
+    assert_same(agent, Dummy.from_pretrained(tmp_path))
+    (tmp_path / CONFIG_NAME).write_text(json.dumps({**config, CHECKSUM_KEY: "abc"}))
+    with pytest.raises(NotAnAlphagradModelError, match="invalid weights_sha256 'abc'.*damaged"):
+        Dummy.from_pretrained(tmp_path)
+
+
+def _leaves(tree, prefix=""):
+    """A nested dict of arrays as {"a/b": array}."""
+    out = {}
+    for key, node in tree.items():
+        out.update(_leaves(node, f"{prefix}{key}/") if isinstance(node, dict) else {prefix + key: node})
+    return out
+
+
+def test_the_bundled_model_records_its_weights_checksum_and_loads_without_it(tmp_path):
+    import shutil
+
+    bundled = Path(hub.__file__).parents[1] / "pretrained"  # alphagrad/pretrained
+    config = json.loads((bundled / CONFIG_NAME).read_text())
+    assert config[CHECKSUM_KEY] == hashlib.sha256((bundled / WEIGHTS_NAME).read_bytes()).hexdigest()
+    assert (bundled / CONFIG_NAME).read_text() == hub.config_text(
+        {k: v for k, v in config.items() if k not in (*RESERVED, CHECKSUM_KEY)}, config[CHECKSUM_KEY])
+    settings, params = load_files(bundled)
+    assert CHECKSUM_KEY not in settings
+    old = tmp_path / "old"
+    shutil.copytree(bundled, old)
+    del config[CHECKSUM_KEY]  # the bundled model as shipped before checksums were recorded
+    (old / CONFIG_NAME).write_text(json.dumps(config))
+    old_settings, old_params = load_files(old)
+    assert old_settings == settings
+    want, got = _leaves(params), _leaves(old_params)
+    assert got.keys() == want.keys() and len(want) == 80
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], value)
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])

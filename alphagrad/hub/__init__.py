@@ -1,7 +1,8 @@
 """Model-hub I/O for alphagrad's pretrained policy-value network.
 
 * :mod:`alphagrad.hub.format`: what a saved model holds (config.json's schema, limits,
-  format version, migrations of older models, shape checks) and the loading errors;
+  format version, the weights' checksum, migrations of older models, shape checks) and the
+  loading errors;
 * :mod:`alphagrad.hub.files`: saving, loading and pushing (safetensors, config.json, the
   Hugging Face Hub, offline), and the ``save_pretrained`` / ``from_pretrained`` /
   ``push_to_hub`` mixin of :class:`alphagrad.agent.Agent`;

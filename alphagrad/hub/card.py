@@ -4,7 +4,8 @@
 give the same text, byte for byte, so re-saving an unchanged model does not change its card.
 `is_model_card(text)` tells whether a README.md is such a card (so that saving a model
 never overwrites a README.md that alphagrad did not write). The card shows config.json as
-:mod:`alphagrad.hub.format` writes it.
+:mod:`alphagrad.hub.format` writes it, less the weights' checksum (the card is written
+before the weights are serialized).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def model_card(config: dict, info: dict | None = None) -> str:
     """The README.md of a saved model.
 
     config: the model config (as passed to `save_files`; the card shows it exactly as
-        config.json holds it, with model_type and format_version).
+        config.json holds it, with model_type and format_version, less weights_sha256).
     info: optional keys, any other key is an error (it is most likely a typo):
         "repo_id": the Hub repo the card is for, used in the usage example
             (absent: the example loads the bundled model, `alphagrad.from_pretrained()`);

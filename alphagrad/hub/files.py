@@ -3,7 +3,10 @@
 What the files hold is :mod:`alphagrad.hub.format`; this module writes and reads them.
 Loading reads JSON and safetensors only: nothing is ever unpickled. Weights must be finite
 (NaN or infinity is refused) and float32; float16 and bfloat16 files are upcast to float32
-(exactly, every such value is a float32) with a warning; any other dtype is refused.
+(exactly, every such value is a float32) with a warning; any other dtype is refused. Saving
+records the sha256 of model.safetensors in config.json, and loading refuses a weights file
+that does not match it (damaged, or changed after saving), naming the file; a model saved
+before checksums were recorded loads without the check.
 
     save_files(directory, config, params, card, overwrite=False) -> written file names
     load_files(model_id_or_path, revision=None, ...)             -> (config, params)
@@ -45,8 +48,9 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import filter_repo_objects, validate_repo_id
 
 from alphagrad.hub.card import TAGS, is_model_card
-from alphagrad.hub.format import (BUNDLED_HINT, CARD_NAME, CONFIG_NAME, FILE_NAMES, MODEL_TYPE, RESERVED, WEIGHTS_NAME,
-                                  ModelNotFoundError, NotAnAlphagradModelError, config_text, read_config)
+from alphagrad.hub.format import (BUNDLED_HINT, CARD_NAME, CHECKSUM_KEY, CONFIG_NAME, FILE_NAMES, MODEL_TYPE, RESERVED,
+                                  WEIGHTS_NAME, ModelNotFoundError, NotAnAlphagradModelError, config_text, read_config,
+                                  weights_checksum)
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -160,6 +164,9 @@ def save_files(directory: str | os.PathLike, config: dict, params: Mapping, card
     leaves a partial file under a final name; config.json, the file that marks the directory
     as a model, is written last. Returns the names of the written files.
 
+    config.json records the sha256 of model.safetensors
+    (:func:`alphagrad.hub.format.weights_checksum`), which loading verifies.
+
     Files of a model alphagrad saved before are replaced. Any other README.md, config.json or
     model.safetensors already in `directory` (a README.md that is not an alphagrad model card,
     another library's config or weights) raises FileExistsError and nothing is written,
@@ -167,11 +174,11 @@ def save_files(directory: str | os.PathLike, config: dict, params: Mapping, card
     parameters raise ValueError.
     """
     # Everything is serialized and checked before anything is written: a bad argument writes nothing.
-    config_bytes = config_text(config).encode("utf-8")
     if not isinstance(card, str):
         raise TypeError(f"card must be a str, not {type(card).__name__}")
     metadata = {"format": "np", **{k: str(v) for k, v in RESERVED.items()}}
     weights_bytes = _safetensors_bytes(_flatten_params(params), metadata)
+    config_bytes = config_text(config, weights_checksum(weights_bytes)).encode("utf-8")
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"{directory} is a file; give a directory to save the model into")
@@ -198,8 +205,9 @@ def _offline() -> bool:
     return hf_constants.is_offline_mode() or env.strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
-def _read_config(path: str | os.PathLike, where: str) -> dict:
-    """The model config in the config.json at ``path`` (:func:`alphagrad.hub.format.read_config`)."""
+def _read_config(path: str | os.PathLike, where: str) -> tuple[dict, str | None]:
+    """``(model config, weights checksum or None)`` of the config.json at ``path``
+    (:func:`alphagrad.hub.format.read_config`)."""
     try:
         config = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -213,9 +221,12 @@ def _read_config(path: str | os.PathLike, where: str) -> dict:
 _UPCAST = ("float16", "bfloat16")  # every value of these is exactly a float32
 
 
-def _read_weights(path: str | os.PathLike, where: str) -> dict:
+def _read_weights(path: str | os.PathLike, where: str, checksum: str | None) -> dict:
+    """The nested params in the weights file at ``path``, once they are readable, float32
+    (or upcast), finite and (``checksum`` not None) the bytes config.json recorded."""
     try:
-        flat = safetensors.numpy.load_file(os.fspath(path))
+        data = Path(path).read_bytes()
+        flat = safetensors.numpy.load(data)
     except Exception as e:  # safetensors raises its own SafetensorError for bad headers
         raise NotAnAlphagradModelError(
             f"{where}: {WEIGHTS_NAME} could not be read ({type(e).__name__}: {e}); it is damaged or "
@@ -245,6 +256,7 @@ def _read_weights(path: str | os.PathLike, where: str) -> dict:
             "would be meaningless. The model is damaged or its training diverged: use an earlier "
             "checkpoint, or the bundled model (`alphagrad.from_pretrained()` without an argument)."
         )
+    _verify_checksum(data, checksum, path, where)
     params: dict[str, Any] = {}
     for key in sorted(flat):
         parts = key.split("/")
@@ -263,6 +275,22 @@ def _read_weights(path: str | os.PathLike, where: str) -> dict:
     return params
 
 
+def _verify_checksum(data: bytes, checksum: str | None, path, where: str) -> None:
+    """Raises unless the weights file's bytes ``data`` have the ``checksum`` config.json
+    records (None: a model saved before checksums were recorded, not checked)."""
+    if checksum is None:
+        return
+    got = weights_checksum(data)
+    if got != checksum:
+        raise NotAnAlphagradModelError(
+            f"{where}: the weights file {os.fspath(path)} does not match the checksum in {CONFIG_NAME} "
+            f"(sha256 {got[:16]}..., {CONFIG_NAME} records {checksum[:16]}...): it was damaged (a bad copy, "
+            "download or disk) or changed after the model was saved. Save or download the model again "
+            "(force_download=True for a Hub repo); weights changed on purpose must be saved with "
+            f"save_pretrained (or alphagrad.hub.save_files), which records their {CHECKSUM_KEY}."
+        )
+
+
 def _load_local(directory: str, where: str) -> tuple[dict, dict]:
     config_path = os.path.join(directory, CONFIG_NAME)
     weights_path = os.path.join(directory, WEIGHTS_NAME)
@@ -271,13 +299,13 @@ def _load_local(directory: str, where: str) -> tuple[dict, dict]:
             f"{where} has no {CONFIG_NAME}, so it is not a saved alphagrad model (one holds "
             f"{CONFIG_NAME} and {WEIGHTS_NAME}, as written by `save_pretrained`). {BUNDLED_HINT}"
         )
-    config = _read_config(config_path, where)
+    config, checksum = _read_config(config_path, where)
     if not os.path.isfile(weights_path):
         raise NotAnAlphagradModelError(
             f"{where} has a {CONFIG_NAME} but no {WEIGHTS_NAME}: the model was not saved completely. "
             f"Save it again with `save_pretrained`. {BUNDLED_HINT}"
         )
-    return config, _read_weights(weights_path, where)
+    return config, _read_weights(weights_path, where, checksum)
 
 
 def _hub_download(repo_id: str, filename: str, revision: str | None, *, cache_dir, force_download: bool,
@@ -359,7 +387,8 @@ def load_files(model_id_or_path: str | os.PathLike, revision: str | None = None,
     config.json and model.safetensors are fetched with `huggingface_hub.hf_hub_download`,
     which serves them from the Hugging Face cache (HF_HUB_CACHE, or cache_dir) when it can
     and honours HF_HUB_OFFLINE=1 and local_files_only=True. Both files are taken from the same
-    commit. Nothing is unpickled: only JSON and safetensors are read.
+    commit. Nothing is unpickled: only JSON and safetensors are read. The weights file must
+    match the checksum its config.json records, if it records one.
     """
     if isinstance(model_id_or_path, os.PathLike) or not isinstance(model_id_or_path, str):
         path = os.fspath(model_id_or_path)
@@ -401,14 +430,14 @@ def load_files(model_id_or_path: str | os.PathLike, revision: str | None = None,
              "local_files_only": local_only, "token": token, "offline": offline}
     where = f"Hugging Face Hub repo {path!r}" + (f" at revision {revision!r}" if revision else "")
     config_file = _hub_download(path, CONFIG_NAME, revision, **fetch)
-    config = _read_config(config_file, where)
+    config, checksum = _read_config(config_file, where)
     # Fetch the weights from the very commit the config came from (a cache path ends in
     # snapshots/<commit>/config.json), so that a push in between cannot mix two versions.
     snapshot = Path(config_file).parent
     if snapshot.parent.name == "snapshots" and _COMMIT_RE.match(snapshot.name):
         revision = snapshot.name
     weights_file = _hub_download(path, WEIGHTS_NAME, revision, **fetch)
-    return config, _read_weights(weights_file, where)
+    return config, _read_weights(weights_file, where, checksum)
 
 
 # ---------------------------------------------------------------------------------- mixin
@@ -597,10 +626,10 @@ def push_folder(directory: str | os.PathLike, repo_id: str, *,
     in one commit, byte for byte; returns the commit URL.
 
     The directory is read first as `load_files` reads it (model type, format version, readable
-    finite weights) and must hold an alphagrad model card as README.md, so nothing broken is
-    uploaded; its other files are not uploaded. The network is not built here: to check that
-    the weights fit the config, load the directory with `alphagrad.from_pretrained` first (the
-    `python -m hub push` tool does).
+    finite weights that match their checksum) and must hold an alphagrad model card as
+    README.md, so nothing broken is uploaded; its other files are not uploaded. The network
+    is not built here: to check that the weights fit the config, load the directory with
+    `alphagrad.from_pretrained` first (the `python -m hub push` tool does).
 
     revision: an alias of branch (created from main if it does not exist yet).
     dry_run: True, or a directory path: copy the files that would be uploaded into that

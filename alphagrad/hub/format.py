@@ -3,16 +3,19 @@ and how older ones are brought up to date.
 
 A saved model is a directory (or a Hugging Face Hub model repo) holding exactly
 
-    config.json        the model config (:func:`model_config`) plus "model_type" and
-                       "format_version" (:func:`config_text`)
+    config.json        the model config (:func:`model_config`) plus "model_type",
+                       "format_version" and "weights_sha256" (:func:`config_text`)
     model.safetensors  the flax parameters, flattened to "/"-joined keys, float32
     README.md          the model card (:mod:`alphagrad.hub.card`)
 
 Reading and writing the files is :mod:`alphagrad.hub.files`. Here: the config's schema
 and limits (:func:`check_config`), the format version (:func:`read_config` refuses
-others), the parameters a config's network has (:func:`init_params`,
-:func:`check_shapes`) and the migrations of models saved before the network read its
-latest inputs (:func:`widen`) or before a network key existed (``encodings``).
+others), the weights' checksum (:func:`weights_checksum`: the sha256 of model.safetensors,
+recorded when saving so that loading refuses a damaged or altered weights file; models
+saved before it was recorded have none and load unchecked), the parameters a config's
+network has (:func:`init_params`, :func:`check_shapes`) and the migrations of models
+saved before the network read its latest inputs (:func:`widen`) or before a network key
+existed (``encodings``).
 
 Loading errors are a :class:`ModelLoadError` (a ValueError); the ones that mean "nothing
 to load there" (missing directory, unknown repo or revision, offline and not cached) are
@@ -22,8 +25,10 @@ also FileNotFoundErrors.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import numbers
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -36,10 +41,14 @@ CARD_NAME = "README.md"
 FILE_NAMES = (CONFIG_NAME, WEIGHTS_NAME, CARD_NAME)
 #: The keys config.json (and the weights' metadata) always hold, with their values.
 RESERVED = {"model_type": MODEL_TYPE, "format_version": FORMAT_VERSION}
+#: The key of config.json that records :func:`weights_checksum` of model.safetensors.
+CHECKSUM_KEY = "weights_sha256"
 
 #: The largest ``max_vertices`` a model config may declare, and the largest network.
 CONFIG_SIZE_LIMIT = 1 << 20
 NETWORK_LIMITS = {"dim": 512, "heads": 64, "layers": 12, "encodings": 64}
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 BUNDLED_HINT = "To load the bundled pretrained model instead, call `alphagrad.from_pretrained()` without an argument."
 UPGRADE_HINT = "Upgrade alphagrad to read it: `pip install -U alphagrad`."
@@ -70,18 +79,30 @@ def model_config(network, max_vertices: int) -> dict:
     return {"network": dataclasses.asdict(network), "max_vertices": int(max_vertices), "convention": "exact"}
 
 
-def config_text(config: Mapping) -> str:
-    """config.json's exact text: config plus model_type and format_version, sorted, indent 2."""
+def weights_checksum(data: bytes) -> str:
+    """The checksum config.json records of the weights file's bytes ``data``: its sha256,
+    as 64 hexadecimal digits."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def config_text(config: Mapping, checksum: str | None = None) -> str:
+    """config.json's exact text: config plus model_type and format_version (and
+    ``checksum``, the :func:`weights_checksum` of the weights saved beside it, if given),
+    sorted, indent 2."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a dict, not {type(config).__name__}")
     for key, value in RESERVED.items():
         if key in config and config[key] != value:
             raise ValueError(f"config[{key!r}] is reserved: it is always {value!r}, got {config[key]!r}")
+    if CHECKSUM_KEY in config:
+        raise ValueError(f"config[{CHECKSUM_KEY!r}] is reserved: saving records the checksum of the weights "
+                         "it writes; leave it out")
     bad_keys = [k for k in config if not isinstance(k, str)]
     if bad_keys:
         raise TypeError(f"config keys must be strings, got {bad_keys!r}")
+    recorded = {} if checksum is None else {CHECKSUM_KEY: checksum}
     try:
-        return json.dumps({**config, **RESERVED}, sort_keys=True, indent=2, allow_nan=False) + "\n"
+        return json.dumps({**config, **RESERVED, **recorded}, sort_keys=True, indent=2, allow_nan=False) + "\n"
     except (TypeError, ValueError) as e:
         raise ValueError(
             "config must be JSON-serializable (str keys; str/int/float/bool/None/list/dict values; "
@@ -89,10 +110,11 @@ def config_text(config: Mapping) -> str:
         ) from e
 
 
-def read_config(config, where: str) -> dict:
-    """The model config in a parsed config.json (``where``: where it was read, for the
-    messages), without model_type and format_version, once both say this version of
-    alphagrad reads it."""
+def read_config(config, where: str) -> tuple[dict, str | None]:
+    """``(model config, checksum)`` of a parsed config.json (``where``: where it was read,
+    for the messages): the config without model_type, format_version and the checksum,
+    once the first two say this version of alphagrad reads it; the checksum of the weights
+    it records (None for a model saved before checksums were recorded)."""
     if not isinstance(config, dict):
         raise NotAnAlphagradModelError(
             f"{where}: {CONFIG_NAME} holds a {type(config).__name__}, not a JSON object, so this is "
@@ -123,7 +145,13 @@ def read_config(config, where: str) -> dict:
             f"bundled model (alphagrad.from_pretrained()), retrain with `python -m train`, or load it with "
             f"alphagrad 0.1 (pip install 'alphagrad<0.2')"
         )
-    return {k: v for k, v in config.items() if k not in RESERVED}
+    checksum = config.get(CHECKSUM_KEY)
+    if checksum is not None and not (isinstance(checksum, str) and _SHA256.fullmatch(checksum)):
+        raise NotAnAlphagradModelError(
+            f"{where}: {CONFIG_NAME} has an invalid {CHECKSUM_KEY} {checksum!r} (expected 64 hexadecimal "
+            f"digits, the sha256 of {WEIGHTS_NAME}); the file is damaged. Save the model again. {BUNDLED_HINT}"
+        )
+    return {k: v for k, v in config.items() if k not in RESERVED and k != CHECKSUM_KEY}, checksum
 
 
 _CONFIG_KEYS = ("network", "max_vertices", "convention")
