@@ -4,6 +4,7 @@
     alphagrad.cost(graph, order)                   # multiplications of an elimination order
     alphagrad.baselines.markowitz(graph)           # classic orders (fwd, rev, Markowitz, ...)
     alphagrad.jacobian(f, order)(*args)            # the Jacobian, computed in that order
+    alphagrad.jacobian(f)(*args)                   # auto: the fastest of jacfwd, jacrev and orders found
     alphagrad.from_pretrained().order(f, *args)    # a learned order, in seconds
 
 Tracing, costs and Jacobians need only JAX and numba: the pretrained agent's stack (flax,
@@ -16,7 +17,7 @@ import importlib
 from alphagrad import baselines, examples
 from alphagrad.scoring import cost
 from alphagrad.graph import Graph
-from alphagrad.interpreter import jacobian
+from alphagrad.autotune import jacobian
 from alphagrad.primitives import UnsupportedPrimitiveError
 from alphagrad.trace import ConcreteValuesNeeded, TraceError, trace
 

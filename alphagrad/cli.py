@@ -2,11 +2,14 @@
 
     alphagrad demo [--example RoeFlux_3d] [--budget 5] [--chain 3]   # the README example, offline
     alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--json]
+    alphagrad cache list|clear|export FILE|import FILE   # the orders alphagrad.jacobian(f) keeps
 
 ``order`` traces the function from the shapes in ``--args`` (no array is allocated), so a
 function whose ``lax.cond`` branch depends on argument values is refused. ``demo`` says on
 each graph it shows how the model's order compares with annealing's and whether the
-Jacobian computed in it equals ``jax.jacrev``'s.
+Jacobian computed in it equals ``jax.jacrev``'s. ``cache`` lists, clears, exports (one
+JSON file, to ship with code) or imports (an entry replacing one only if cheaper) the
+orders that ``alphagrad.jacobian(f)`` keeps (:mod:`alphagrad.order_cache`).
 
 Exit status: 0 done; 1 a Jacobian check of ``demo`` failed (a wrong Jacobian: please
 report it); 2 a wrong argument, file, function or model (the one-line message on stderr
@@ -491,6 +494,38 @@ def demo(args) -> int:
     return 0 if ok else 1
 
 
+def cache(args) -> int:
+    """Lists, clears, exports or imports the order cache of ``alphagrad.jacobian(f)``."""
+    from alphagrad import order_cache
+
+    folder = order_cache.directory()
+    if folder is None:
+        raise UsageError("the order cache is off: $ALPHAGRAD_CACHE_DIR is empty (unset it for "
+                         "~/.cache/alphagrad, or name a directory)")
+    try:
+        if args.action == "list":
+            found = order_cache.entries(folder)
+            print(f"{len(found)} orders in {folder}")
+            for path, e in found:
+                if isinstance(e, str):
+                    print(f"  {path}: damaged ({e})")
+                    continue
+                times = ", ".join(f"{n} {t * 1e6:.1f} us" for n, t in sorted(e.times.items(), key=lambda kv: kv[1]))
+                print(f"  {e.key[:12]}  {e.function or '?'} at {e.spec} on {e.device}: {e.choice}, order of "
+                      f"{e.cost} multiplications ({times or 'not timed'}; {e.search_s:.1f} s of search)")
+        elif args.action == "clear":
+            print(f"removed {order_cache.clear(folder)} orders from {folder}")
+        elif args.action == "export":
+            print(f"exported {order_cache.export(folder, args.file)} orders from {folder} to {args.file}")
+        else:
+            written, kept = order_cache.import_bundle(folder, args.file)
+            print(f"imported {written} orders from {args.file} into {folder}; {kept} not, an order at least "
+                  f"as cheap being kept for them")
+    except (OSError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
 def _disk_caches() -> None:
     """Keeps the command's one-time work on disk for its next runs, under ``alphagrad``
     in ``$XDG_CACHE_HOME`` (default ``~/.cache``): a graph's rule tables
@@ -544,8 +579,17 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--json", action="store_true", help="print only the result, as JSON, on stdout")
     p.set_defaults(run=order)
+    p = sub.add_parser("cache", help="list, clear, export or import the orders alphagrad.jacobian(f) keeps")
+    actions = p.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="every order kept, with its function, shapes, device, choice and times")
+    actions.add_parser("clear", help="remove every order kept")
+    actions.add_parser("export", help="write every order kept into one JSON file").add_argument("file")
+    actions.add_parser("import", help="merge a file written by export (an order replaces one only if "
+                                      "cheaper)").add_argument("file")
+    p.set_defaults(run=cache)
     args = parser.parse_args(argv)
-    _disk_caches()
+    if args.command != "cache":  # the cache's commands need no JAX
+        _disk_caches()
     try:
         return args.run(args)
     except UsageError as e:

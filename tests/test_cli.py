@@ -396,3 +396,35 @@ def test_check_jacobian_on_a_chained_graph(monkeypatch):
     graph = ag.trace(lj.fn, *lj.args)
     check = cli._check_jacobian(graph, lj.fn, lj.args, ag.baselines.markowitz(graph))
     assert check.ok and check.reference_error is None
+
+
+def test_cache_list_clear_export_import(tmp_path, monkeypatch, capsys):
+    """``alphagrad cache``: the orders alphagrad.jacobian(f) keeps, shipped as one file."""
+    from alphagrad import order_cache
+
+    monkeypatch.setenv("ALPHAGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    folder = order_cache.directory()
+    for k, (name, choice) in enumerate([("f", "jax.jacrev"), ("g", "order")]):
+        order_cache.store(folder, order_cache.Entry(
+            key=f"{k:032d}", graph="h", spec="(f32[3],) d/d args 0", device="cpu:cpu", order=(1, 2), cost=40 + k,
+            choice=choice, times={choice: 2e-5}, search_s=1.0, function=name))
+    (tmp_path / "cache" / "orders" / "broken.json").write_text("{")
+    code, out, _ = run_cli(["cache", "list"], capsys)
+    assert code == 0 and out.startswith(f"3 orders in {folder}")
+    assert "f at (f32[3],) d/d args 0 on cpu:cpu: jax.jacrev, order of 40 multiplications" in out
+    assert "g at" in out and "broken.json: damaged" in out
+    bundle = str(tmp_path / "shipped.json")
+    assert run_cli(["cache", "export", bundle], capsys)[:2] == (0, f"exported 2 orders from {folder} to {bundle}\n")
+    assert run_cli(["cache", "clear"], capsys)[:2] == (0, f"removed 3 orders from {folder}\n")
+    assert run_cli(["cache", "list"], capsys)[1] == f"0 orders in {folder}\n"
+    code, out, _ = run_cli(["cache", "import", bundle], capsys)
+    assert code == 0 and out.startswith(f"imported 2 orders from {bundle}")
+    code, out, _ = run_cli(["cache", "import", bundle], capsys)
+    assert code == 0 and out.startswith("imported 0 orders") and "2 not, an order at least as cheap" in out
+    code, _, err = run_cli(["cache", "import", str(tmp_path / "missing.json")], capsys)
+    assert code == 2 and "alphagrad cache: error:" in err and "missing.json" in err
+    code, _, err = run_cli(["cache", "import", str(tmp_path / "cache" / "orders" / f"{0:032d}.json")], capsys)
+    assert code == 2 and "not an alphagrad order bundle" in err
+    monkeypatch.setenv("ALPHAGRAD_CACHE_DIR", "")
+    code, _, err = run_cli(["cache", "list"], capsys)
+    assert code == 2 and "the order cache is off" in err

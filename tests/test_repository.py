@@ -147,7 +147,7 @@ LAYERS = (
     ("alphagrad.structure", "alphagrad.network", "alphagrad.examples", "alphagrad.examples.published",
      "alphagrad.examples.real", "alphagrad.examples.zoo"),
     ("alphagrad.primitives", "alphagrad.rules", "alphagrad.graph"),
-    ("alphagrad.trace", "alphagrad.checks", "alphagrad.evaluator"),
+    ("alphagrad.trace", "alphagrad.checks", "alphagrad.evaluator", "alphagrad.canonical", "alphagrad.order_cache"),
     ("alphagrad.engine", "alphagrad.orders", "alphagrad.features"),
     ("alphagrad.scoring", "alphagrad.player"),
     ("alphagrad.anneal", "alphagrad.search", "alphagrad.hub.format"),
@@ -155,6 +155,7 @@ LAYERS = (
     ("alphagrad.hub.files",),
     ("alphagrad.hub",),
     ("alphagrad.agent",),
+    ("alphagrad.autotune",),
     ("alphagrad.cli",),
     ("alphagrad", "alphagrad.__main__"),
 )
