@@ -7,7 +7,10 @@ a leading axis of every argument) of
 * ``forward``, ``reverse``, ``markowitz``, ``anneal`` (``alphagrad.baselines.anneal(graph,
   budget_s=--anneal-s, seed=0)``) and ``agent`` (``alphagrad.from_pretrained().order(graph,
   budget_s=--agent-s, seed=0)``), each found by its entry in :data:`eval.methods.METHODS`:
-  ``alphagrad.jacobian(f, order)`` in that order,
+  ``alphagrad.jacobian(f, order)`` in that order;
+* ``auto``: ``alphagrad.jacobian(f)`` with no order (``--no-auto`` leaves it out), which
+  searches for ``--anneal-s`` seconds and times its candidates against jacfwd and jacrev at
+  one sample's shapes on its first call, then runs its choice under the benchmark's vmap,
 
 all with the same ``argnums`` (every argument) on the same inputs, in one process. Per
 method it records the compile time (``jit(...).lower(...).compile()``), the median time of
@@ -60,6 +63,9 @@ ATTENTION_WORDS = ("attention", "transformer", "encoder")
 #: JAX's Jacobians (the references) first, then alphagrad's orders, in table order.
 JAX_METHODS = ("jacrev", "jacfwd")
 ORDER_METHODS = ("forward", "reverse", "markowitz", "anneal", "agent")
+#: ``alphagrad.jacobian(f)`` with no order: it chooses at the per-sample shapes on its first
+#: call (outside the benchmark's jit, as a user's first call would), then runs its choice.
+AUTO = "auto"
 #: (rtol, atol relative to max(1, max |jacrev|)) of the Jacobian check per dtype; float32 as
 #: in tests/test_interpreter.py. On a TPU, float32 matrix products run at JAX's default
 #: precision in bfloat16 passes (about three digits), so two orders differ by up to ~1e-2 there
@@ -77,6 +83,7 @@ class Settings:
     repeats: int = 20
     anneal_s: float = 10.0
     agent_s: float = 10.0
+    auto: bool = True  # also alphagrad.jacobian(f) with no order (searching --anneal-s seconds)
     time_limit_s: float = 300.0
     out: str | None = None
     note: str = ""
@@ -146,6 +153,7 @@ def parser() -> argparse.ArgumentParser:
                    f"out (default: {Settings.anneal_s:g})")
     p.add_argument("--agent-s", type=_number(0, False), help="seconds of the pretrained agent's search; 0 leaves "
                    f"the agent out (default: {Settings.agent_s:g})")
+    p.add_argument("--no-auto", action="store_true", help="leave out alphagrad.jacobian(f) with no order (auto)")
     p.add_argument("--time-limit", type=_number(0, True), help="seconds per program for compiling and timing "
                    f"(default: {Settings.time_limit_s:g})")
     p.add_argument("--out", help="directory for report.json and report.md")
@@ -160,7 +168,7 @@ def parse(argv) -> Settings:
     p = parser()
     args = p.parse_args(argv)
     given = {"programs": args.programs, "batches": args.batches, "repeats": args.repeats, "anneal_s": args.anneal_s,
-             "agent_s": args.agent_s, "time_limit_s": args.time_limit, "out": args.out, "note": args.note}
+             "agent_s": args.agent_s, "auto": False if args.no_auto else None, "time_limit_s": args.time_limit, "out": args.out, "note": args.note}
     base = QUICK if args.quick else Settings()
     settings = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
     try:
@@ -294,6 +302,15 @@ def _program(ex, settings: Settings, agent) -> _Program:
     fns = {"jacrev": jax.jacrev(ex.fn, argnums=argnums), "jacfwd": jax.jacfwd(ex.fn, argnums=argnums)}
     fns.update({m: ag.jacobian(ex.fn, orders[m][0], argnums=argnums) for m in ORDER_METHODS if m in orders})
     mults = {m: int(ag.cost(graph, order)) for m, (order, _, _) in orders.items()}
+    if settings.auto:
+        t = time.perf_counter()
+        auto = ag.jacobian(ex.fn, argnums=argnums, budget=settings.anneal_s, cache=False)
+        jax.block_until_ready(auto(*ex.args))  # the choice, made at one sample's shapes
+        (choice,) = auto.choices
+        fns[AUTO] = auto
+        orders[AUTO] = (choice.order, time.perf_counter() - t, choice.name)
+        if choice.name not in ("jax.jacfwd", "jax.jacrev"):
+            mults[AUTO] = int(choice.cost)
     out = jax.eval_shape(fns["jacrev"], *ex.args)
     jac_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(out))
     return _Program(ex, graph, fns, orders, mults, int(jac_bytes), time.perf_counter() + settings.time_limit_s)
@@ -320,7 +337,7 @@ def _compile_all(prog: _Program, rows: dict, inputs, free: int | None, deadline:
 
     compiled = {}
     ours = sorted((m for m in rows if m in ORDER_METHODS), key=lambda m: rows[m]["mults"])
-    for method in [m for m in JAX_METHODS if m in rows] + ours:
+    for method in [m for m in JAX_METHODS if m in rows] + [m for m in (AUTO,) if m in rows] + ours:
         row = rows[method]
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -368,7 +385,7 @@ def _warm_up_and_check(compiled: dict, rows: dict, inputs, platform: str) -> Non
         rows[method]["first_call_s"] = time.perf_counter() - t
         if method == ref_name:
             ref = out
-        elif ref is not None and method in ORDER_METHODS:
+        elif ref is not None and (method in ORDER_METHODS or method == AUTO):
             rows[method]["check"] = {"reference": ref_name, **_check(out, ref, platform)}
         del out
 
@@ -535,8 +552,9 @@ def _program_table(program: str, rows: list) -> list:
         check = "-" if c is None else (f"{'ok' if c['ok'] else 'FAIL'} {c['rel']:.1e}" if "rel" in c else "FAIL")
         note = r["reason"] if r["status"] == "ok" or r["reason"] is None else f"{r['status']}: {r['reason']}"
         note = note or ""
-        if r["order_by"] and r["method"] == "agent":
-            note = f"found by {r['order_by']}" + (f"; {note}" if note else "")
+        if r["order_by"] and r["method"] in ("agent", AUTO):
+            verb = "chose" if r["method"] == AUTO else "found by"
+            note = f"{verb} {r['order_by']}" + (f"; {note}" if note else "")
         lines.append(f"| {r['batch']} | {r['method']} | {_fmt(r['time_ms'], '.3f')} | {_fmt(r['ratio'], '.2f')} | "
                      f"{_fmt(r['compile_s'], '.2f')} | {_fmt(r['memory_mib'], '.3g')} | {_fmt(r['mults'], 'd')} | "
                      f"{check} | {note.replace('|', '/')} |")

@@ -11,7 +11,7 @@ import pytest
 
 from eval import bench_runtime as BR
 
-METHODS = {"jacfwd", "jacrev", "forward", "reverse", "markowitz", "anneal"}
+METHODS = {"jacfwd", "jacrev", "forward", "reverse", "markowitz", "anneal", "auto"}
 
 
 def test_every_method_is_timed_checked_and_compared_to_jax(tmp_path, capsys):
@@ -31,6 +31,9 @@ def test_every_method_is_timed_checked_and_compared_to_jax(tmp_path, capsys):
             for m in ("forward", "reverse", "markowitz", "anneal"):
                 assert mine[m]["check"]["ok"] and mine[m]["check"]["reference"] == "jacrev"
                 assert mine[m]["mults"] > 0
+            # auto ran what it chose at one sample's shapes: JAX's own or an order, checked alike
+            assert mine["auto"]["check"]["ok"] and mine["auto"]["order_by"]
+            assert (mine["auto"]["mults"] is None) == mine["auto"]["order_by"].startswith("jax.")
             assert mine["jacrev"]["mults"] is None and mine["jacrev"]["check"] is None
     report = (out / "report.md").read_text()
     import jax
