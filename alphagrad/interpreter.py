@@ -7,6 +7,11 @@ eliminates the intermediate vertices in ``order`` with exactly the products the 
 counts (one einsum per product in which diagonal pairs share an index; factors without
 value cost nothing), and expands the input->output Jacobians to JAX's dense layout only
 at the end. It is plain JAX, so it composes with ``jax.jit`` and ``jax.vmap``.
+
+What it emits is shaped by what XLA runs fast (issue 61): on a CPU each einsum is a dot in
+the layout XLA:CPU's fast kernels take, or a fused broadcast product where none would
+(:func:`_contract`), and in deep graphs a value several ops read is computed once only
+when XLA would otherwise repeat many ops in each reader (:class:`_Fusion`).
 """
 
 from __future__ import annotations
@@ -65,9 +70,15 @@ def _takes_same_branches(graph: Graph, leaves) -> bool:
     return all(t is None or t == b.taken for t, b in zip(now, graph.branches))
 
 
-def _edge_values(graph: Graph, slots: dict):
+def _edge_values(graph: Graph, slots: dict, fusion):
     """Structure and value of every edge of ``graph`` at the evaluated ``slots``."""
-    return {(e.src, e.dst): (e.structure, _edge_value(graph, e, slots)) for e in graph.edges}
+    return {(e.src, e.dst): (e.structure, _local(graph, e, slots, fusion)) for e in graph.edges}
+
+
+def _local(graph: Graph, e, slots: dict, fusion):
+    """:func:`_edge_value`, recorded in ``fusion`` as computed from the slots it reads."""
+    value = _edge_value(graph, e, slots)
+    return fusion.made(value, [slots[r] for r in _edge_slots(graph, e)]) if fusion.on else value
 
 
 def _edge_value(graph: Graph, e, slots: dict):
@@ -98,18 +109,22 @@ def _edge_slots(graph: Graph, e) -> set:
             for r in program.steps[step_id].inputs if not isinstance(r, tuple)}
 
 
-def _evaluate(graph: Graph, leaves) -> dict:
+def _evaluate(graph: Graph, leaves, fusion) -> dict:
     """Every slot's value, running the traced program on the flattened inputs."""
     program = graph.program
     slots = dict(zip(program.input_slots, leaves))
+    for leaf in leaves:
+        fusion.made(leaf, ())
     read = lambda ref: ref[1] if isinstance(ref, tuple) else slots[ref]
     readers = collections.Counter()
-    if _shares(graph):
+    if fusion.on:
         readers.update(r for step in program.steps for r in step.inputs if not isinstance(r, tuple))
         readers.update(r for e in graph.edges for r in _edge_slots(graph, e))
     for step in program.steps:
-        for o, v in zip(step.outputs, step.equation.bind(*[read(r) for r in step.inputs])):
-            slots[o] = _shared(v, readers[o])
+        inputs = [read(r) for r in step.inputs]
+        own = step.equation.primitive.name in _OWN_KERNEL
+        for o, v in zip(step.outputs, step.equation.bind(*inputs)):
+            slots[o] = fusion.shared(fusion.made(v, inputs, own), readers[o])
     return slots
 
 
@@ -120,8 +135,9 @@ def accumulate(graph: Graph, order: Sequence[int], leaves):
     ``{(input, output): (structure, value)}``, the output values, and the scalar
     multiplications the products issued (counted from the einsums emitted).
     """
-    slots = _evaluate(graph, leaves)
-    edges, mults = _eliminate(graph, order, _edge_values(graph, slots), _join_values)
+    fusion = _fusion(graph)
+    slots = _evaluate(graph, leaves, fusion)
+    edges, mults = _eliminate(graph, order, _edge_values(graph, slots, fusion), _join_values, fusion=fusion)
     outputs = []
     for v in graph.output_vertices:
         slot = graph.program.vertex_slot[v]
@@ -165,6 +181,34 @@ def _shares(graph: Graph) -> bool:
     return graph.depths[0].max(initial=0) >= SHARE_DEPTH
 
 
+#: In graphs that share (:func:`_shares`), a value two or more ops read is computed once
+#: when XLA would otherwise inline more than this many ops into each reader (its weight,
+#: see :class:`_Fusion`). Reverse order against jax.jacrev, single calls side by side on
+#: a shared 2-core CPU, limit 1 (a kernel for nearly every shared value, as before) / 16 /
+#: 64 / 256: PendulumChain_RK4 at batch 1, 2.5x / 2.6x / 2.2x / 1.9x (1,655 / 1,076 /
+#: 988 / 936 fusions); at batch 256, 1.14x / 0.61x / 0.56x / 0.59x; Encoder at batch
+#: 256, 1.04x / 0.93x / 0.90x / 0.90x, never sharing 0.89x (but never sharing
+#: PendulumChain_RK4: 1.9 s a call, its ops inlined again and again).
+SHARE_WEIGHT = 64
+#: Primitives XLA computes in a kernel of their own, never inlined into their readers.
+_OWN_KERNEL = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin",
+                         "dot_general", "conv_general_dilated", "cumsum", "cumprod", "cummax", "cummin",
+                         "sort", "scatter-add", "scatter_add", "scatter"})
+
+
+def _fusion(graph: Graph) -> "_Fusion":
+    """What :class:`_Fusion` computes once in ``graph``: nothing in shallow graphs."""
+    return _Fusion(_shares(graph), SHARE_WEIGHT)
+
+
+def _own_kernel(p) -> bool:
+    """Whether product ``p`` sums (a dot or a reduction: a kernel of its own in XLA)."""
+    la, lb, lout = p.einsum
+    if lout is None or any(p.maps):
+        return False
+    return bool((set(la or ()) | set(lb or ())) - set(lout))
+
+
 def _shared(value, readers: int):
     """``value``, computed once if it is traced and ``readers`` >= 2 ops read it.
 
@@ -173,47 +217,114 @@ def _shared(value, readers: int):
     elimination, and drops ``optimization_barrier`` before fusing; it never fuses a
     reduction into its consumers. So a shared value is summed with zeros (one addition
     per entry, no multiplication). An annealed PendulumChain_RK4 order at batch 512:
-    3.8 s a call and 274 s to compile without, 24 ms and 18 s with (jacrev: 31 ms)."""
-    if readers < 2 or not isinstance(value, jax.core.Tracer):  # op by op, or static
+    3.8 s a call and 274 s to compile without, 24 ms and 18 s with (jacrev: 31 ms).
+
+    Which sum: XLA:CPU hands a plain sum of 4,096 entries or more (a stacked pair of
+    2,048) to YNNPACK, as a kernel of its own after one that stacks the zeros, 14 ns
+    per entry for a [1, 2, 65536] sum (0.9 ms; NeuralCA_Conv's reverse order at batch 1:
+    2.1x jax.jacrev's time, 1.07x with :func:`_once`). :func:`_once` keeps it out (0.2 ms
+    for 100 of them at [1, 65536], against 1.5 ms) but costs 0.3 us more than a small
+    plain sum fused with its stacking (PendulumChain_RK4 at batch 1: 0.60 ms against
+    0.47 ms). So on a CPU values of 2,048 entries or more (per sample) take
+    :func:`_once`, smaller ones and other platforms the plain sum."""
+    if readers < 2 or not isinstance(value, jax.core.Tracer) or value.dtype == bool:  # op by op, or static
         return value
-    return jnp.sum(jnp.stack([value, jnp.zeros_like(value)]), axis=0)
+    if value.size >= 2048 and jax.default_backend() == "cpu" and jnp.issubdtype(value.dtype, jnp.inexact):
+        return _once(value)
+    return jnp.sum(jnp.stack([value, jnp.zeros_like(value)]), axis=0, dtype=value.dtype)
 
 
-def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=st.product_value, on_vertex=None):
+def _keep_sum(a, b):
+    """``a + b`` (``a`` where ``a`` is NaN, where the sum is NaN too), written so that
+    XLA does not take it for a plain sum."""
+    return jax.lax.select(a == a, a + b, a)
+
+
+@jax.custom_jvp
+def _once(value):
+    """``value`` summed with zeros by a reduction that XLA:CPU computes itself, in one
+    kernel with ``value``'s own ops (its reducer is no plain sum, so no YNNPACK)."""
+    stacked = jnp.stack([value, jnp.zeros_like(value)])
+    return jax.lax.reduce(stacked, np.zeros((), value.dtype), _keep_sum, (0,))
+
+
+_once.defjvp(lambda primals, tangents: (_once(primals[0]), tangents[0]))
+
+
+class _Fusion:
+    """Which shared values to compute once (:func:`_shared`): those whose inlined
+    expression XLA would repeat in every reader is longer than ``limit`` ops.
+
+    Each traced value gets a weight, the ops XLA would inline into a reader: 1 for an
+    input or a value XLA computes in a kernel of its own (a reduction, a dot, a shared
+    value), else one more than the weights of the values it is computed from. Only a
+    value read at least twice with a weight above ``limit`` costs a kernel, so what XLA
+    computes again stays bounded (``limit`` ops per reader) without a kernel per shared
+    value (PendulumChain_RK4 at batch 1: 1,647 of them, 0.8 us each). Unknown values
+    weigh ``limit + 1``. ``on`` False: nothing is shared."""
+
+    def __init__(self, on: bool, limit: int):
+        self.on, self.limit = on, limit
+        self.weights: dict = {}  # id(value) -> (value, weight); the value keeps the id
+
+    def weight(self, value) -> int:
+        """The ops XLA would inline into a reader of ``value`` (0 for a static value)."""
+        if value is None or not isinstance(value, jax.core.Tracer):
+            return 0
+        got = self.weights.get(id(value))
+        return self.limit + 1 if got is None else got[1]
+
+    def made(self, value, sources, own_kernel: bool = False):
+        """Records ``value``, computed from ``sources`` (in a kernel of its own or not)."""
+        if self.on and isinstance(value, jax.core.Tracer):
+            w = 1 if own_kernel else 1 + sum(self.weight(x) for x in sources)
+            self.weights[id(value)] = (value, w)
+        return value
+
+    def shared(self, value, readers: int):
+        """``value`` as ``readers`` ops read it: computed once if it weighs too much."""
+        if not self.on or readers < 2 or self.weight(value) <= self.limit:
+            return value
+        return self.made(_shared(value, readers), (), own_kernel=True)
+
+
+def _eliminate(graph: Graph, order: Sequence[int], edges: dict, join, product=None, on_vertex=None, fusion=None):
     """The elimination loop of :func:`accumulate` on ``edges`` (``{(src, dst): (structure,
     value)}``, consumed): every product through ``product`` (``structure.product_value``,
     the one function that emits, and counts, the einsums); ``join`` sums a product into an
     existing edge; ``on_vertex(j, products)`` is told each vertex before it goes. Returns
     the remaining edges and the multiplications issued."""
     tables = rules.tables(graph)
+    product = product or _product
     preds: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
     succs: dict[int, set] = {v: set() for v in range(graph.num_vertices)}
     for i, k in edges:
         preds[k].add(i)
         succs[i].add(k)
     mults = 0
-    deep = _shares(graph)
+    fusion = fusion or _Fusion(False, 0)
     for j in order:
         if on_vertex is not None:
             on_vertex(j, len(preds[j]) * len(succs[j]))
-        if deep:  # each (i, j) is read by a product per successor, each (j, k) per predecessor
+        if fusion.on:  # each (i, j) is read by a product per successor, each (j, k) per predecessor
             for i in preds[j]:
                 s, v = edges[(i, j)]
-                edges[(i, j)] = (s, _shared(v, len(succs[j])))
+                edges[(i, j)] = (s, fusion.shared(v, len(succs[j])))
             for k in succs[j]:
                 s, v = edges[(j, k)]
-                edges[(j, k)] = (s, _shared(v, len(preds[j])))
+                edges[(j, k)] = (s, fusion.shared(v, len(preds[j])))
         for i in sorted(preds[j]):
             sb, vb = edges.pop((i, j))
             for k in sorted(succs[j]):
                 sa, va = edges[(j, k)]
                 p = tables.products[(tables.index(sa), tables.index(sb))]
                 value, m = product(p, va, vb)
+                value = fusion.made(value, (va, vb), _own_kernel(p))
                 mults += m
                 if (i, k) in edges:
                     so, vo = edges[(i, k)]
                     sj = tables.structures[tables.join[tables.index(so), tables.index(p.result)]]
-                    edges[(i, k)] = (sj, join(so, vo, p.result, value, sj))
+                    edges[(i, k)] = (sj, fusion.made(join(so, vo, p.result, value, sj), (vo, value)))
                 else:
                     edges[(i, k)] = (p.result, value)
                     preds[k].add(i)
@@ -295,7 +406,7 @@ def _plan(graph: Graph, order: Sequence[int], max_products: int):
 
 def _forward(graph: Graph, needed: tuple, leaves):
     """The slots ``needed`` (and the output values) of the traced program at ``leaves``."""
-    slots = _evaluate(graph, leaves)
+    slots = _evaluate(graph, leaves, _fusion(graph))
     outputs = [None if s is None else slots[s] for s in (graph.program.vertex_slot[v] for v in graph.output_vertices)]
     return {s: slots[s] for s in needed}, outputs
 
@@ -308,9 +419,10 @@ def _run_chunk(graph: Graph, chunk: _Chunk, counts: list, statics: dict, c: int,
     in ``statics`` (by edge; None in their place among the values)."""
     edges = {key: (s, statics[key] if s.index_map else v) for (key, s), v in zip(chunk.carried.items(), carried)}
     slots = dict(zip(chunk.slots, slots))
+    fusion = _fusion(graph)
     for e in chunk.initial:
-        edges[(e.src, e.dst)] = (e.structure, _edge_value(graph, e, slots))
-    edges, mults = _eliminate(graph, chunk.order, edges, _join_values)
+        edges[(e.src, e.dst)] = (e.structure, _local(graph, e, slots, fusion))
+    edges, mults = _eliminate(graph, chunk.order, edges, _join_values, fusion=fusion)
     counts[c] = mults
     results = []
     for key in chunk.results:
@@ -549,13 +661,136 @@ def _out_dtype(out_value, in_leaf):
 
 
 # --------------------------------------------------------------------------------------
+# Products as XLA runs them fast.
+
+
+class _Kernels:
+    """``jax.numpy`` for ``structure.product_value``, whose einsums of two value tensors
+    become what XLA:CPU runs fast (see :func:`_contract`); elsewhere (a TPU, a GPU)
+    jnp's einsum as it is."""
+
+    def __getattr__(self, name):
+        return getattr(jnp, name)
+
+    @staticmethod
+    def einsum(*operands):
+        if len(operands) != 5 or jax.default_backend() != "cpu":
+            return jnp.einsum(*operands)
+        return _contract(*operands)
+
+
+_KERNELS = _Kernels()
+
+
+def _product(p, a_value, b_value):
+    """``structure.product_value`` with its einsums emitted by :class:`_Kernels`."""
+    return st.product_value(p, a_value, b_value, xp=_KERNELS)
+
+
+def _contract(a, la, b, lb, lout):
+    """``jnp.einsum(a, la, b, lb, lout)`` (distinct labels per operand) the way XLA:CPU
+    runs it fast, with the same multiplications.
+
+    Per sample the product is ``[M, K] x [K, N]`` after its batch axes (labels of both
+    factors and the result). XLA:CPU runs a dot in one of four ways: YNNPACK where the
+    left operand is laid out ``[batch, M, K]``, M, N > 1 and max(M, K, N) >= 8; a
+    matrix-vector kernel where M or N is 1; a loop nest where both operands have a side
+    of at most 3; else one call into Eigen per sample of a vmapped batch, about 0.5 us
+    each (130 us for 256 samples of a 4 x 4 x 4 product). jnp.einsum's layout sends all
+    of the Encoder's products there: its reverse order took 2.1x jax.jacrev's time at
+    batch 256 (0.8x now). So a product one of the fast kernels takes is a dot laid out
+    for it (transposing the fewest entries), and the others a broadcast multiply summed
+    over the contracted axes, one fusion with the factors' own ops. Not every small
+    product: summed, a matrix-vector product of 4,096 entries or more (a vmapped batch)
+    becomes a YNNPACK reduction, about 20 us of thread wake-up each in a single call
+    (MLP's reverse order: 1.22x jacrev's time at batch 256, 0.99x as a dot)."""
+    la, lb, lout = list(la), list(lb), list(lout)
+    a, la = _sum_alone(a, la, lb, lout)
+    b, lb = _sum_alone(b, lb, la, lout)
+    size = dict(zip(la, jnp.shape(a)))
+    size.update(zip(lb, jnp.shape(b)))
+    con = [l for l in la if l in lb and l not in lout]
+    plan = _dot_layout(la, lb, lout, con, size) if con else None
+    if plan is None:
+        full = lout + con
+        value = st._aligned(a, la, full, jnp) * st._aligned(b, lb, full, jnp)
+        return jnp.sum(value, axis=tuple(range(len(lout), len(full)))) if con else value
+    swap, lead, lhs, rhs, out = plan
+    (x, lx), (y, ly) = ((b, lb), (a, la)) if swap else ((a, la), (b, lb))
+    dims = ((tuple(lhs.index(l) for l in con), tuple(rhs.index(l) for l in con)),
+            (tuple(range(len(lead))), tuple(range(len(lead)))))
+    dtype = jnp.result_type(x, y)  # as jnp.einsum promotes
+    value = jax.lax.dot_general(_placed(x, lx, lhs, size).astype(dtype), _placed(y, ly, rhs, size).astype(dtype), dims)
+    return _permuted(value, out, lout)
+
+
+def _fast_dot(m: int, k: int, n: int) -> bool:
+    """Whether XLA:CPU runs an ``[M, K] x [K, N]`` dot (per batch entry, the left operand
+    ``[batch, M, K]``) in a fast kernel: YNNPACK, matrix-vector or a small loop nest."""
+    return min(m, n) == 1 or max(m, k, n) >= 8 or (min(m, k) <= 3 and min(k, n) <= 3)
+
+
+def _dot_layout(la, lb, lout, con, size):
+    """How :func:`_contract` lays a product out as a dot XLA:CPU runs fast, moving the
+    fewest entries; None if no layout gets a fast kernel.
+
+    Batch axes lead the dot: the labels of both factors and the result, and possibly a
+    leading run of the result's labels that only one factor has (the other factor is
+    broadcast along them, which costs no multiplication): a product contracting an
+    axis in the middle of the larger factor then needs no transpose of it
+    (NeuralCA_Conv's reverse order at batch 1: 1.14x jax.jacrev's time without, 0.91x
+    with; each of 15 products transposed 262,144 entries in and 196,608 out). Returns
+    ``(swap, batch, lhs, rhs, out)``: whether ``b`` is the left operand, the batch
+    labels, the two operands' and the dot result's label orders."""
+    total = lambda labels: int(np.prod([size[l] for l in labels]))
+    grows = lambda to, mine, other: len(to) > len(mine) and total(to) > total(other)
+    batch = [l for l in lout if l in la and l in lb]
+    best = None
+    for j in range(len(lout) + 1):
+        lead = lout[:j] + [l for l in batch if l not in lout[:j]]
+        for swap, (lx, ly) in enumerate(((la, lb), (lb, la))):
+            xf = [l for l in lx if l not in lead and l not in con]
+            yf = [l for l in ly if l not in lead and l not in con]
+            lhs, out = lead + xf + con, lead + xf + yf
+            if not _fast_dot(total(xf), total(con), total(yf)):
+                continue
+            if grows(lhs, lx, ly) or grows(lead + con + yf, ly, lx):
+                continue  # a factor is broadcast to no more entries than the other has
+            for rhs in (lead + con + yf, lead + yf + con):  # XLA's fast dots take either
+                moved = (lhs != lx) * total(lhs) + (rhs != ly) * total(rhs) + (out != lout) * total(lout)
+                if best is None or (moved, j) < best[0]:
+                    best = ((moved, j), (bool(swap), lead, lhs, rhs, out))
+    return None if best is None else best[1]
+
+
+def _placed(x, labels, to, size):
+    """``x`` (axes ``labels``) with its axes in the order ``to``, broadcast along the
+    labels of ``to`` it lacks."""
+    x = _permuted(x, labels, [l for l in to if l in labels])
+    if len(to) == len(labels):
+        return x
+    x = jnp.reshape(x, [size[l] if l in labels else 1 for l in to])
+    return jnp.broadcast_to(x, [size[l] for l in to])
+
+
+def _sum_alone(x, lx, other, lout):
+    """``x`` summed over its labels in neither ``other`` nor ``lout`` (no multiplication)."""
+    gone = [i for i, l in enumerate(lx) if l not in other and l not in lout]
+    if not gone:
+        return x, lx
+    return jnp.sum(x, axis=tuple(gone)), [l for l in lx if l in other or l in lout]
+
+
+def _permuted(x, labels, to):
+    """``x`` (axes ``labels``) with its axes in the order ``to``."""
+    return x if labels == to else jnp.transpose(x, [labels.index(l) for l in to])
+
+
+# --------------------------------------------------------------------------------------
 # Layout changes. The same values as ``structure.embed_value`` and ``structure.to_dense``
 # (no multiplications), emitted as transpose + reshape + broadcast + select instead of a
 # gather with constant index arrays: XLA fuses these into their consumers (measured:
-# RoeFlux_3d and MLP a few percent to ~20% faster at batch 512, none slower). Small
-# contractions stay einsums: emitting them as multiply + sum instead was measured slower
-# on CPU (RoeFlux_3d rev 0.51x -> 0.62x of jacrev), so products still go through
-# ``structure.product_value``.
+# RoeFlux_3d and MLP a few percent to ~20% faster at batch 512, none slower).
 
 
 def _spread(value, positions, shape, mask):
