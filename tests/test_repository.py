@@ -149,7 +149,7 @@ LAYERS = (
     ("alphagrad.primitives", "alphagrad.rules", "alphagrad.graph"),
     ("alphagrad.trace", "alphagrad.checks", "alphagrad.evaluator", "alphagrad.canonical", "alphagrad.order_cache"),
     ("alphagrad.engine", "alphagrad.orders", "alphagrad.features"),
-    ("alphagrad.scoring", "alphagrad.player"),
+    ("alphagrad.scoring", "alphagrad.player", "alphagrad.observe"),
     ("alphagrad.anneal", "alphagrad.search", "alphagrad.hub.format"),
     ("alphagrad.baselines", "alphagrad.inference", "alphagrad.interpreter", "alphagrad.hub.card"),
     ("alphagrad.hub.files",),
