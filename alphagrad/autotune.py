@@ -5,19 +5,32 @@ cheap elimination order (the optimum of a graph of at most
 :attr:`AutoSettings.exact_limit` intermediates; else annealing from forward, reverse and
 Markowitz under the ``budget`` rule, :func:`parse_budget`), then compiles the cheapest
 orders found together with ``jax.jacfwd`` and ``jax.jacrev`` (side by side, JAX's two
-while the search runs) and times each at the call's arguments (:func:`time_candidates`:
-round robin, medians). The fastest computes the Jacobian, so auto is never slower than
-JAX's best as measured. ``.explain()`` says what was chosen and the times; the
-``alphagrad`` logger says it at level INFO.
+while the search runs) and times each at the call's arguments (:func:`sample_candidates`:
+round robin, medians). The fastest computes the Jacobian, except that an alphagrad order
+must beat JAX's best by a margin its measured spread justifies (more rounds while they
+are within noise; a tie goes to JAX, :func:`verdict`): auto is never slower than JAX's
+best as measured. ``.explain()`` says what was chosen and the times; the ``alphagrad``
+logger says it at level INFO.
 
-The choice is kept in memory and, keyed by the graph's canonical form, the shapes and
-the device, on disk (:mod:`alphagrad.order_cache`): a new process reuses it at once. A
-later ``budget=`` or ``refine=True`` continues the search from the kept order and keeps
-the result only if cheaper; ``start=`` adds an order of the user's as a start.
+The ranking depends on the batch: a Jacobian run under ``jax.vmap`` at batch 256 may
+prefer an order where one sample prefers ``jax.jacrev``. So a choice is made per batch:
+``batch=B`` (the vmap batch size you will run at) times the candidates as
+``jax.jit(jax.vmap(candidate))`` on your arguments repeated ``B`` times at a call outside a
+trace; under ``jax.vmap`` the batch size is read from a
+:func:`jax.custom_batching.custom_vmap` rule (public API), and an eager ``jax.vmap(J)``
+times the candidates on its own batched values. A choice made for one batch is not used
+for another.
 
-Inside ``jax.jit``/``jax.vmap`` (tracers: nothing can be timed) the kept choice is used;
+The choice is kept in memory and, keyed by the graph's canonical form, the shapes, the
+batch and the device, on disk (:mod:`alphagrad.order_cache`): a new process reuses it at
+once. A later ``budget=`` or ``refine=True`` continues the search from the kept order and
+keeps the result only if cheaper; ``start=`` adds an order of the user's as a start.
+
+Inside ``jax.jit`` (tracers: nothing can be timed) the kept choice for the batch is used;
 without one, the cheapest order found, untimed (``.explain()`` says so); a later call
-outside a trace times it.
+outside a trace (or an eager ``jax.vmap`` at that batch) times it. Reverse-mode
+differentiation of the Jacobian goes through a :func:`jax.custom_jvp` around the rule
+(``custom_vmap`` alone has none).
 """
 
 from __future__ import annotations
@@ -37,11 +50,12 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 from alphagrad import interpreter, order_cache, orders
 from alphagrad.anneal import AnnealSettings, anneal
 from alphagrad.canonical import canonical
-from alphagrad.checks import check_int
+from alphagrad.checks import check_batch, check_int
 from alphagrad.graph import Graph
 from alphagrad.scoring import cost as cost_of, resolve_order
 
@@ -65,8 +79,23 @@ class AutoSettings:
     #: most ``within`` times the cheapest (the cost model counts multiplications, not time).
     candidates: int = 2
     within: float = 1.25
-    #: Timed rounds (round robin over the candidates; the median counts).
+    #: Timed rounds (round robin over the candidates; the median counts), and more while
+    #: they span less than ``spread_s`` seconds (up to ``repeats + noise_repeats``): on a
+    #: shared CPU a burst of other load lasts a few tenths of a second and slows a large
+    #: multithreaded Jacobian far more than a small one, so rounds spread over time let it
+    #: hit every candidate alike.
     repeats: int = 5
+    spread_s: float = 0.5
+    #: A tie goes to JAX: an alphagrad order is kept only if its median beats JAX's best
+    #: median by more than ``min_gain`` of it and by more than ``noise`` standard errors of
+    #: the difference (each median's error from its median absolute deviation). While it
+    #: looks faster by more than ``min_gain`` but within that noise, up to
+    #: ``noise_repeats`` more rounds are timed (within ``timing_s``). Sub-millisecond
+    #: Jacobians on a shared CPU move by 10-30% between runs: a gain of a few percent is
+    #: no reason to leave JAX's own.
+    min_gain: float = 0.05
+    noise: float = 2.0
+    noise_repeats: int = 20
     #: A timed sample runs at least this long (several calls of a fast Jacobian).
     sample_s: float = 0.005
     #: Timing stops after this many seconds (after one round), and a candidate this many
@@ -85,11 +114,12 @@ class AutoSettings:
 
     def __post_init__(self):
         for name in ("budget_s", "within", "sample_s", "timing_s", "drop", "round_s", "multiplication_s",
-                     "max_search_s"):
+                     "max_search_s", "min_gain", "noise", "spread_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"AutoSettings.{name} must be a finite number >= 0, got {value!r}")
-        for name, low in (("exact_limit", 0), ("candidates", 1), ("repeats", 1), ("round_moves", 1), ("seed", 0)):
+        for name, low in (("exact_limit", 0), ("candidates", 1), ("repeats", 1), ("noise_repeats", 0),
+                          ("round_moves", 1), ("seed", 0)):
             check_int(getattr(self, name), f"AutoSettings.{name}", low)
         if self.within < 1 or self.drop < 1:
             raise ValueError(f"AutoSettings.within and drop are ratios >= 1, got {self.within!r} and {self.drop!r}")
@@ -150,7 +180,7 @@ class Choice:
     """What computes the Jacobian at one argument spec (see :meth:`AutoJacobian.explain`).
 
     Attributes:
-      spec: the argument shapes and dtypes and the arguments differentiated.
+      spec: one sample's shapes and dtypes, the arguments differentiated and the batch.
       name: what was chosen: ``"jax.jacfwd"``, ``"jax.jacrev"`` or an order (``"order"``
         for the cheapest found, ``"order #2"`` for the next that was timed, ...).
       order: the cheapest order found (the one timed and chosen, where an order was).
@@ -159,6 +189,7 @@ class Choice:
       how: how the order was found, and where the choice came from.
       fn: the function that computes the Jacobian.
       graph: the traced graph.
+      batch: the ``jax.vmap`` batch size it was chosen for (None: unbatched calls).
     """
 
     spec: str
@@ -169,6 +200,7 @@ class Choice:
     how: str
     fn: Callable = dataclasses.field(repr=False)
     graph: Graph = dataclasses.field(repr=False)
+    batch: int | None = None
 
     @property
     def timed(self) -> bool:
@@ -186,9 +218,14 @@ class Choice:
         if self.timed:
             lines.append("  timed (median): " + ", ".join(f"{n} {_us(t)}" for n, t in
                                                            sorted(self.times.items(), key=lambda kv: kv[1])))
-        else:
+        elif self.batch is None:
             lines.append("  not timed: chosen inside a jax trace (jit/vmap) by its cost; a call outside a "
                          "trace times it against jax.jacfwd and jax.jacrev")
+        else:
+            lines.append(f"  not timed at batch {self.batch}: chosen inside jax.jit by its cost, no choice was kept "
+                         f"for this batch; an eager jax.vmap(J) at this batch, or a call of "
+                         f"alphagrad.jacobian(f, batch={self.batch}) outside a trace, times it against jax.jacfwd "
+                         f"and jax.jacrev")
         lines.append(f"  order: {self.cost} multiplications (forward {self.baselines['forward']}, reverse "
                      f"{self.baselines['reverse']}, Markowitz {self.baselines['markowitz']}); {self.how}")
         return "\n".join(lines)
@@ -198,34 +235,83 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
 
 
-def time_candidates(fns: dict, args, settings: AutoSettings) -> dict:
-    """Median seconds per call of each compiled function in ``fns`` (name -> function)
-    at ``args``, round robin over ``settings.repeats`` rounds (``block_until_ready``;
-    a sample repeats a fast call for ``sample_s``). A candidate ``drop`` times slower
-    than the fastest after a round is timed no more; timing ends after ``timing_s``
-    (after one round)."""
+def sample_candidates(fns: dict, args, settings: AutoSettings, clock: Callable = time.perf_counter) -> dict:
+    """Seconds per call of each compiled function in ``fns`` (name -> function) at
+    ``args``: name -> the samples of round-robin rounds (``block_until_ready``; a sample
+    repeats a fast call for ``sample_s``). ``settings.repeats`` rounds, and up to
+    ``noise_repeats`` more while they span less than ``spread_s`` or alphagrad's best and
+    JAX's best are within noise (:func:`contest`). A candidate ``drop`` times slower than the fastest after a round is
+    timed no more; timing ends after ``timing_s`` (after one round). ``clock``: seconds."""
     per_call = {}
     for name, fn in fns.items():  # the warm-up call also sizes the samples
-        t = time.perf_counter()
+        t = clock()
         jax.block_until_ready(fn(*args))
-        per_call[name] = max(time.perf_counter() - t, 1e-9)
+        per_call[name] = max(clock() - t, 1e-9)
     calls = {name: max(1, min(1000, math.ceil(settings.sample_s / t))) for name, t in per_call.items()}
     samples: dict = {name: [] for name in fns}
     active = list(fns)
-    t_start = time.perf_counter()
-    for _ in range(settings.repeats):
+    t_start = clock()
+    for rounds in range(1, settings.repeats + settings.noise_repeats + 1):
         for name in active:
             fn, n = fns[name], calls[name]
-            t = time.perf_counter()
+            t = clock()
             for _ in range(n):
                 out = fn(*args)
             jax.block_until_ready(out)
-            samples[name].append((time.perf_counter() - t) / n)
+            samples[name].append((clock() - t) / n)
         best = min(statistics.median(samples[n]) for n in active)
         active = [n for n in active if statistics.median(samples[n]) <= settings.drop * best]
-        if time.perf_counter() - t_start > settings.timing_s:
+        if clock() - t_start > settings.timing_s:
             break
-    return {name: statistics.median(s) for name, s in samples.items()}
+        close = contest(samples, settings)
+        undecided = close is not None and settings.min_gain < close[2] <= close[3]
+        if rounds >= settings.repeats and clock() - t_start >= settings.spread_s and not undecided:
+            break
+    return samples
+
+
+def time_candidates(fns: dict, args, settings: AutoSettings) -> dict:
+    """Median seconds per call of each compiled function in ``fns`` (name -> function) at
+    ``args`` (:func:`sample_candidates`)."""
+    return {name: statistics.median(s) for name, s in sample_candidates(fns, args, settings).items()}
+
+
+def _median_error(samples) -> float:
+    """The standard error of the median of ``samples``, from their median absolute
+    deviation (1.4826 MAD estimates a normal sigma; a median's error is 1.2533 sigma /
+    sqrt(n)). One sample: 0 (no spread measured; ``min_gain`` alone then decides)."""
+    med = statistics.median(samples)
+    mad = statistics.median(abs(s - med) for s in samples)
+    return 1.2533 * 1.4826 * mad / math.sqrt(len(samples))
+
+
+def contest(samples: dict, settings: AutoSettings):
+    """``(JAX's best, alphagrad's best, its gain, the gain needed)`` from timed ``samples``
+    (name -> seconds): the fastest median of each side, the gain ``1 - ours / JAX's``, and
+    the gain needed to keep ours: ``min_gain``, or ``noise`` standard errors of the
+    difference of the medians over JAX's, whichever is larger. None where a side has
+    nothing timed."""
+    medians = {n: statistics.median(s) for n, s in samples.items() if s}
+    jax_best = min((n for n in medians if n in JAX_CANDIDATES), key=medians.__getitem__, default=None)
+    ours = min((n for n in medians if n not in JAX_CANDIDATES), key=medians.__getitem__, default=None)
+    if jax_best is None or ours is None:
+        return None
+    m = medians[jax_best]
+    noise = settings.noise * math.hypot(_median_error(samples[ours]), _median_error(samples[jax_best])) / m
+    return jax_best, ours, 1 - medians[ours] / m, max(settings.min_gain, noise)
+
+
+def verdict(samples: dict, settings: AutoSettings) -> tuple[str, str]:
+    """The candidate to keep from timed ``samples`` (name -> seconds per call), and a note
+    where a tie went to JAX: the fastest median, but an alphagrad order only if it beats
+    JAX's best by the gain :func:`contest` asks."""
+    fastest = min((n for n in samples if samples[n]), key=lambda n: statistics.median(samples[n]))
+    close = contest(samples, settings)
+    if close is None or fastest in JAX_CANDIDATES or close[2] > close[3]:
+        return fastest, ""
+    jax_best, ours, gain, need = close
+    return jax_best, (f"; {ours} ran {gain:.1%} faster than {jax_best}, within noise ({need:.1%} needed, "
+                      f"{len(samples[ours])} rounds): a tie goes to JAX")
 
 
 def _check_call(args, argnums):
@@ -244,79 +330,162 @@ def _check_call(args, argnums):
     return nums
 
 
+def _traced(values) -> bool:
+    return any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values))
+
+
+@dataclasses.dataclass
+class _Call:
+    """A call to choose for: one sample's ``abstract`` arguments and the arguments
+    differentiated ``nums``, at ``batch`` (None: unbatched; else under ``jax.vmap`` of that
+    size, ``axes`` its in_axes, None for one sample's ``args`` repeated ``batch`` times);
+    ``args``: the values (one sample, or the batch where ``axes`` is given); ``traced``:
+    tracers among them (nothing can be timed)."""
+
+    args: tuple
+    abstract: Any
+    nums: tuple
+    traced: bool
+    batch: int | None = None
+    axes: tuple | None = None
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """The key of its choices in memory."""
+        leaves, tree = jax.tree_util.tree_flatten(self.abstract)
+        return tree, tuple((l.shape, str(l.dtype)) for l in leaves), self.nums, self.batch
+
+    @functools.cached_property
+    def spec(self) -> str:
+        return order_cache.spec_of(self.abstract, self.nums, self.batch)
+
+    @functools.cached_property
+    def at(self) -> tuple:
+        """The arguments to time at: the call's, or one sample's repeated ``batch`` times."""
+        if self.batch is None or self.axes is not None:
+            return self.args
+        return jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (self.batch,) + jnp.shape(a)), self.args)
+
+    def timed(self, fn: Callable) -> Callable:
+        """What to time of a per-sample Jacobian ``fn`` (jitted where it can be): itself, or
+        ``jax.jit(jax.vmap(fn))`` at the batch."""
+        return fn if self.batch is None else jax.jit(jax.vmap(fn, in_axes=self.axes if self.axes else 0))
+
+
 class AutoJacobian:
     """The function :func:`jacobian` returns for ``order="auto"``: ``jax.jacrev``'s
-    signature and output layout, choosing per argument spec (see the module docstring).
+    signature and output layout, choosing per argument spec and batch (see the module
+    docstring).
 
     Attributes:
-      choices: every :class:`Choice` made so far, one per argument spec (and branch path).
+      choices: every :class:`Choice` made so far, one per argument spec, batch (and branch
+        path).
+      batch: the ``jax.vmap`` batch size a call outside a trace tunes for (None: one sample).
     """
 
-    def __init__(self, f, argnums, has_aux, budget, refine, cache, start, settings):
+    def __init__(self, f, argnums, has_aux, budget, refine, cache, start, settings, batch=None):
         functools.update_wrapper(self, f)
         self.f, self.argnums, self.has_aux = f, argnums if isinstance(argnums, int) else tuple(argnums), has_aux
         self.main = (lambda *a: f(*a)[0]) if has_aux else f
         self.budget, self.explicit = parse_budget(budget, settings), budget is not None
-        self.refine, self.cache, self.start, self.settings = refine, cache, start, settings
+        self.refine, self.cache, self.start, self.settings, self.batch = refine, cache, start, settings, batch
         self.memory: dict = {}
         self.choices: list = []
 
     def __call__(self, *args):
         nums = _check_call(args, self.argnums)
+        if _traced(args):
+            return self._under_trace(args, nums)
         return self.choose(args, nums).fn(*args)
 
     def explain(self) -> str:
         """What was chosen at each argument spec so far, with the measured times."""
         name = getattr(self.f, "__name__", "f")
         if not self.choices:
+            at = "" if self.batch is None else f" (timed under jax.vmap at batch {self.batch})"
             return (f"alphagrad.jacobian({name}): not called yet; the first call at each argument shapes "
-                    f"chooses between jax.jacfwd, jax.jacrev and alphagrad orders (budget {self.budget})")
+                    f"chooses between jax.jacfwd, jax.jacrev and alphagrad orders{at} (budget {self.budget})")
         return "\n".join([f"alphagrad.jacobian({name}) on {order_cache.device_name()}:"]
                          + [c.explain() for c in self.choices])
 
     def choose(self, args, nums) -> Choice:
-        """The choice for these arguments: kept in memory, else made (:meth:`tune`)."""
-        abstract = interpreter._abstract(args)
-        leaves, tree = jax.tree_util.tree_flatten(abstract)
-        key = (tree, tuple((l.shape, str(l.dtype)) for l in leaves), nums)
+        """The choice for one sample ``args`` at :attr:`batch` (:meth:`_choose`)."""
         values = jax.tree_util.tree_leaves(args)
-        traced = any(isinstance(v, jax.core.Tracer) for v in values)
-        kept = self.memory.setdefault(key, [])
+        call = _Call(args, interpreter._abstract(args), nums, _traced(values), self.batch)
+        return self._choose(call, lambda c: interpreter._takes_same_branches(c.graph, values),
+                            lambda: interpreter._graph_at(self.main, args))
+
+    def _choose(self, call: _Call, same: Callable, graph_of: Callable) -> Choice:
+        """The choice kept for ``call`` on the branch path that ``same(choice)`` accepts
+        (timed now if it was not and ``call`` can be); else one made (:meth:`tune`) on
+        ``graph_of()``, or from the order of a choice kept at another batch (one search)."""
+        kept = self.memory.setdefault(call.key, [])
         for k, choice in enumerate(kept):
-            if interpreter._takes_same_branches(choice.graph, values):
-                if choice.timed or traced:
+            if same(choice):
+                if choice.timed or call.traced:
                     return choice
-                kept[k] = self.tune(args, abstract, nums, False, choice.graph, known=choice)  # time it now
+                kept[k] = self.tune(call, choice.graph, known=choice)  # time it now
                 self.choices[self.choices.index(choice)] = kept[k]
                 return kept[k]
-        choice = self.tune(args, abstract, nums, traced, interpreter._graph_at(self.main, args))
+        donor = next((c for key, cs in self.memory.items() if key[:3] == call.key[:3] for c in cs if same(c)), None)
+        choice = self.tune(call, graph_of() if donor is None else donor.graph, donor=donor)
         kept.append(choice)
         self.choices.append(choice)
         return choice
 
-    def tune(self, args, abstract, nums, traced, graph, known=None) -> Choice:
+    def _under_trace(self, args, nums):
+        """The Jacobian at tracers: one sample's choice (at :attr:`batch`), and under
+        ``jax.vmap`` the choice at the vmap's batch size, told (with the batched values,
+        concrete in an eager vmap) by a ``custom_vmap`` rule. ``custom_jvp`` around it keeps
+        reverse mode, which ``custom_vmap`` lacks."""
+        picked = []
+
+        def sample(*a):
+            picked.append((self.choose(a, nums), interpreter._abstract(a)))
+            return picked[-1][0].fn(*a)
+
+        batched = custom_vmap(sample)
+
+        @batched.def_vmap
+        def rule(size, in_batched, *xs):
+            choice, abstract = picked[-1]
+            axes = tuple(jax.tree_util.tree_map(lambda b: 0 if b else None, ib) for ib in in_batched)
+            call = _Call(tuple(xs), abstract, nums, _traced(xs), int(size), axes)
+            fingerprint = choice.graph.fingerprint
+            mine = self._choose(call, lambda c: c.graph.fingerprint == fingerprint, lambda: choice.graph)
+            out = jax.vmap(mine.fn, in_axes=axes)(*xs)
+            return out, jax.tree_util.tree_map(lambda _: True, out)
+
+        outer = jax.custom_jvp(lambda *a: batched(*a))
+        outer.defjvp(lambda primals, tangents: jax.jvp(sample, primals, tangents))
+        return outer(*args)
+
+    def tune(self, call: _Call, graph: Graph, known=None, donor=None) -> Choice:
         """Searches (or reads the disk cache, or takes the order of an untimed choice
-        ``known``), times unless ``traced``, and keeps the choice."""
+        ``known`` of this call, or of a choice ``donor`` at another batch), times unless
+        ``call.traced``, and keeps the choice."""
         canon = canonical(graph)
-        spec = order_cache.spec_of(abstract, nums)
-        key = order_cache.key(canon.hash, spec, order_cache.device_name())
+        key = order_cache.key(canon.hash, call.spec, order_cache.device_name())
         folder = order_cache.directory() if self.cache else None
         entry = None if known is not None else _fitting(order_cache.load(folder, key), graph, canon, folder)
-        search = known is None and (entry is None or self.refine or self.explicit or self.start is not None)
+        search = known is None and donor is None and (entry is None or self.refine or self.explicit
+                                                      or self.start is not None)
         if entry is not None:
             cached = _Found([canon.from_labels(entry.order)], [entry.cost], 0.0, "from the cache")
-            if not search and (entry.timed or traced):  # at once: nothing to search or time
-                return self._keep(self._choice(graph, spec, entry.choice if entry.timed else "order", cached,
+            if not search and (entry.timed or call.traced):  # at once: nothing to search or time
+                return self._keep(self._choice(graph, call, entry.choice if entry.timed else "order", cached,
                                                dict(entry.times), "; chosen and timed in an earlier run"
                                                if entry.timed else ""))
         pool = concurrent.futures.ThreadPoolExecutor(len(JAX_CANDIDATES) + self.settings.candidates)
         try:
             searcher = _Search(graph, self.budget, self.settings, self._starts(graph, entry, folder)) if search else None
-            jax_fns = {} if traced else self._jax_candidates(args, pool)  # compiling while the search runs
-            if known is not None:
-                found = _Found([list(known.order)], [known.cost], 0.0, known.how)
+            jax_fns = {} if call.traced else self._jax_candidates(call, pool)  # compiling while the search runs
+            if known is not None or (donor is not None and (entry is None or donor.cost < entry.cost)):
+                source = known or donor
+                found = _Found([list(source.order)], [source.cost], 0.0,
+                               known.how if known is not None else f"the order found for {donor.spec}")
             elif search:
-                found = searcher.run(lambda: self._multiplication_s(jax_fns, args, graph))
+                found = searcher.run(lambda: self._multiplication_s(jax_fns, call, graph))
             else:
                 found = cached
             improved = entry is None or found.costs[0] < entry.cost
@@ -324,17 +493,17 @@ class AutoJacobian:
                 found = dataclasses.replace(cached, seconds=found.seconds,
                                             how=f"{found.how}: nothing cheaper than the cached order")
             if not improved and entry.timed:
-                choice = self._choice(graph, spec, entry.choice, found, dict(entry.times),
+                choice = self._choice(graph, call, entry.choice, found, dict(entry.times),
                                       "; chosen and timed in an earlier run")
-            elif traced:
-                choice = self._choice(graph, spec, "order", found, {}, "")
+            elif call.traced:
+                choice = self._choice(graph, call, "order", found, {}, "")
             else:
-                choice = self._timed_choice(graph, spec, found, jax_fns, args, pool)
+                choice = self._timed_choice(graph, call, found, jax_fns, pool)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
         if folder is not None and (improved or (choice.timed and not entry.timed)):
             # a refined order replaces the entry only if cheaper than the one kept meanwhile
-            if order_cache.store(folder, self._entry(key, canon, spec, choice, found, entry),
+            if order_cache.store(folder, self._entry(key, canon, call.spec, choice, found, entry),
                                  only_if_cheaper=improved and entry is not None):
                 choice = dataclasses.replace(choice, how=f"{choice.how}; kept in {folder}")
         return self._keep(choice)
@@ -357,26 +526,26 @@ class AutoJacobian:
         make = jax.jacfwd if name == "jax.jacfwd" else jax.jacrev
         return jax.jit(make(self.f, argnums=self.argnums, has_aux=self.has_aux))
 
-    def _jax_candidates(self, args, pool) -> dict:
-        """``jax.jacfwd`` and ``jax.jacrev``, jitted, compiling on ``pool`` (name ->
-        (function, future))."""
-        fns = {name: self._jax_fn(name) for name in JAX_CANDIDATES}
-        return {name: (fn, pool.submit(_compile, fn, args)) for name, fn in fns.items()}
+    def _jax_candidates(self, call: _Call, pool) -> dict:
+        """``jax.jacfwd`` and ``jax.jacrev`` as timed at ``call``, compiling on ``pool``
+        (name -> (function, future))."""
+        fns = {name: call.timed(self._jax_fn(name)) for name in JAX_CANDIDATES}
+        return {name: (fn, pool.submit(_compile, fn, call.at)) for name, fn in fns.items()}
 
-    def _multiplication_s(self, jax_fns, args, graph) -> tuple[float, str]:
+    def _multiplication_s(self, jax_fns, call: _Call, graph) -> tuple[float, str]:
         """What a multiplication saved is worth in seconds of one call, for ``"rate:R"``:
-        ``jax.jacrev``'s measured time per multiplication of the reverse order."""
-        rev = max(cost_of(graph, "rev"), 1)
+        ``jax.jacrev``'s measured time per multiplication of the reverse order (and sample)."""
+        rev = max(cost_of(graph, "rev"), 1) * (call.batch or 1)
         if "jax.jacrev" not in jax_fns or jax_fns["jax.jacrev"][1].exception() is not None:
             return self.settings.multiplication_s, f"{self.settings.multiplication_s:g} s a multiplication (assumed)"
-        seconds = time_candidates({"jax.jacrev": jax_fns["jax.jacrev"][0]}, args, self.settings)["jax.jacrev"]
+        seconds = time_candidates({"jax.jacrev": jax_fns["jax.jacrev"][0]}, call.at, self.settings)["jax.jacrev"]
         return seconds / rev, f"jax.jacrev's {_us(seconds)} / {rev} multiplications"
 
     def _starts(self, graph: Graph, entry, folder) -> dict:
         """The search's start orders by name: the user's ``start``, and the cached order
         (the search then continues from these alone) or else the classic orders and
-        orders kept for this graph at other specs or devices (``alphagrad cache import``
-        brings them from elsewhere)."""
+        orders kept for this graph at other specs, batches or devices (``alphagrad cache
+        import`` brings them from elsewhere)."""
         starts = {} if self.start is None else {"your start": resolve_order(graph, self.start)}
         canon = canonical(graph)
         if entry is not None:
@@ -387,28 +556,32 @@ class AutoJacobian:
                 starts[f"an order kept for {e.spec} on {e.device}"] = graph.check_order(canon.from_labels(e.order))
         return starts
 
-    def _choice(self, graph, spec, name, found, times, note, k=0) -> Choice:
-        """The choice of ``name`` with the ``k``-th order of ``found``."""
+    def _choice(self, graph, call: _Call, name, found, times, note, k=0) -> Choice:
+        """The choice of ``name`` with the ``k``-th order of ``found`` (per sample)."""
         fn = self._order_fn(graph, found.orders[k]) if name.startswith("order") else self._jax_fn(name)
-        return Choice(spec, name, tuple(found.orders[k]), found.costs[k], times, found.how + note, fn, graph)
+        return Choice(call.spec, name, tuple(found.orders[k]), found.costs[k], times, found.how + note, fn, graph,
+                      call.batch)
 
-    def _timed_choice(self, graph, spec, found, jax_fns, args, pool) -> Choice:
+    def _timed_choice(self, graph, call: _Call, found, jax_fns, pool) -> Choice:
         """Compiles the cheapest orders (``"order"``, ``"order #2"``, ...; JAX's are
-        already compiling), times every candidate that compiled and keeps the fastest."""
+        already compiling), times every candidate that compiled at ``call`` and keeps the
+        fastest (:func:`verdict`)."""
         picked = [k for k, c in enumerate(found.costs) if c <= self.settings.within * found.costs[0]]
         picked = picked[:self.settings.candidates]
-        mine = {("order" if k == 0 else f"order #{k + 1}"): (self._order_fn(graph, found.orders[k]), k) for k in picked}
-        futures = {name: pool.submit(_compile, fn, args) for name, (fn, _) in mine.items()}
+        mine = {("order" if k == 0 else f"order #{k + 1}"): (call.timed(self._order_fn(graph, found.orders[k])), k)
+                for k in picked}
+        futures = {name: pool.submit(_compile, fn, call.at) for name, (fn, _) in mine.items()}
         futures.update({name: fut for name, (_, fut) in jax_fns.items()})
         fns = {name: fn for name, (fn, _) in {**mine, **jax_fns}.items()}
         failed = {name: fut.exception() for name, fut in futures.items() if fut.exception() is not None}
-        if "order" in failed:  # the user's function or the interpreter: JAX would fail as well
-            raise failed["order"]
-        times = time_candidates({n: fn for n, fn in fns.items() if n not in failed}, args, self.settings)
-        fastest = min(times, key=times.__getitem__)
-        note = "".join(f"; {n} failed ({type(e).__name__}: {e})" for n, e in failed.items())
-        choice = self._choice(graph, spec, fastest, found, times, note, mine[fastest][1] if fastest in mine else 0)
-        return dataclasses.replace(choice, fn=fns[fastest])  # the compiled one
+        if "order" in failed and (call.batch is None or len(failed) == len(fns)):
+            raise failed["order"]  # the user's function or the interpreter: JAX would fail as well
+        samples = sample_candidates({n: fn for n, fn in fns.items() if n not in failed}, call.at, self.settings)
+        fastest, tie = verdict(samples, self.settings)
+        times = {n: statistics.median(s) for n, s in samples.items() if s}
+        note = tie + "".join(f"; {n} failed ({type(e).__name__}: {e})" for n, e in failed.items())
+        choice = self._choice(graph, call, fastest, found, times, note, mine[fastest][1] if fastest in mine else 0)
+        return choice if call.batch is not None else dataclasses.replace(choice, fn=fns[fastest])  # the compiled one
 
     def _entry(self, key, canon, spec, choice, found, old) -> order_cache.Entry:
         return order_cache.Entry(
@@ -515,7 +688,8 @@ class _Search:
 
 
 def jacobian(f: Callable, order: Any = "auto", argnums=0, has_aux: bool = False, *, budget=None,
-             refine: bool = False, cache: bool = True, start=None, settings: AutoSettings | None = None):
+             refine: bool = False, cache: bool = True, start=None, settings: AutoSettings | None = None,
+             batch: int | None = None):
     """The Jacobian of ``f``, as ``jax.jacrev(f, argnums, has_aux)`` lays it out.
 
     Args:
@@ -536,19 +710,26 @@ def jacobian(f: Callable, order: Any = "auto", argnums=0, has_aux: bool = False,
         the search from, beside the cached one or the classic ones; checked at the first
         call against the graph.
       settings: :class:`AutoSettings`.
+      batch: the ``jax.vmap`` batch size you will run the Jacobian at (an int >= 1), or
+        None: a call outside a trace then times the candidates as
+        ``jax.jit(jax.vmap(candidate))`` on its arguments repeated ``batch`` times, and
+        the choice (in memory and on disk) is kept for that batch. Under ``jax.vmap`` the
+        batch size is read from the vmap itself; this says which to tune for before.
 
     Returns:
       With ``order="auto"``, an :class:`AutoJacobian` (call it as ``jax.jacrev(f)``;
       ``.explain()`` says what it chose); else what ``interpreter.jacobian`` returns.
 
     Raises:
-      TypeError, ValueError: a bad argument (a negative or NaN budget, an unknown rule,
-        auto-only arguments with an explicit order), before any work.
+      TypeError, ValueError: a bad argument (a negative or NaN budget, an unknown rule, a
+        batch that is not an int >= 1, auto-only arguments with an explicit order), before
+        any work.
     """
     if not (isinstance(order, str) and order == "auto"):
-        if budget is not None or refine is not False or cache is not True or start is not None or settings is not None:
-            raise TypeError("budget, refine, cache, start and settings apply to order='auto' only: an explicit "
-                            f"order ({order!r}) is computed as given")
+        if (budget is not None or refine is not False or cache is not True or start is not None or settings is not None
+                or batch is not None):
+            raise TypeError("budget, refine, cache, start, settings and batch apply to order='auto' only: an "
+                            f"explicit order ({order!r}) is computed as given")
         return interpreter.jacobian(f, order, argnums, has_aux)
     if not callable(f):
         raise TypeError(f"f must be a function, not {type(f).__name__}")
@@ -562,7 +743,8 @@ def jacobian(f: Callable, order: Any = "auto", argnums=0, has_aux: bool = False,
         orders.by_name(start)  # an unknown name fails here
     elif isinstance(start, (set, frozenset, dict)):
         raise TypeError(f"start is an order (a sequence of vertex ids or a name), not a {type(start).__name__}")
+    batch = check_batch(batch)
     settings = AutoSettings() if settings is None else settings
     if not isinstance(settings, AutoSettings):
         raise TypeError(f"settings must be an AutoSettings, not {type(settings).__name__}")
-    return AutoJacobian(f, argnums, bool(has_aux), budget, bool(refine), bool(cache), start, settings)
+    return AutoJacobian(f, argnums, bool(has_aux), budget, bool(refine), bool(cache), start, settings, batch)

@@ -53,6 +53,20 @@ def check_int(value, name: str, minimum: int = 0) -> int:
     return value
 
 
+def check_batch(batch, name: str = "batch") -> int | None:
+    """Returns ``batch`` (None, or an int >= 1: the ``jax.vmap`` batch size a function will
+    run at); raises TypeError for a non-int (a float, NaN, a bool) and ValueError for
+    ``batch <= 0``, saying what it is for."""
+    if batch is None:
+        return None
+    what = f"{name} is the jax.vmap batch size the Jacobian will run at (an int >= 1, or None)"
+    if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, numbers.Integral):
+        raise TypeError(f"{what}, got {batch!r} of type {type(batch).__name__}")
+    if batch < 1:
+        raise ValueError(f"{what}, got {int(batch)}")
+    return int(batch)
+
+
 def check_seed(seed, name: str = "seed") -> int:
     """Returns ``seed`` if it is an int in ``[0, 2**32)`` (Python or numpy, not a bool or
     a float): the range every random generator here uses without aliasing."""

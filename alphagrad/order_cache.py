@@ -4,10 +4,11 @@ One JSON file per key under :func:`directory` (``$ALPHAGRAD_CACHE_DIR/orders``, 
 ``~/.cache/alphagrad/orders`` where the variable is unset; empty turns the cache off, as
 it does for the rule tables). A key (:func:`key`) hashes the graph's canonical form
 (:mod:`alphagrad.canonical`: the same for a renamed function or renumbered vertices),
-the argument shapes and dtypes, the arguments differentiated and the device (platform
-and kind). An :class:`Entry` holds the order in canonical labels, its cost, and what
-:func:`alphagrad.jacobian` chose after timing (``jax.jacfwd``, ``jax.jacrev`` or the
-order) with the times.
+the argument shapes and dtypes, the arguments differentiated, the ``jax.vmap`` batch the
+choice was timed at (none for an unbatched call: a choice made for one batch is not
+reused for another) and the device (platform and kind). An :class:`Entry` holds the
+order in canonical labels, its cost, and what :func:`alphagrad.jacobian` chose after
+timing (``jax.jacfwd``, ``jax.jacrev`` or the order) with the times.
 
 Process-safe: a file is written whole and renamed into place (a reader never sees half
 of one), and a write that keeps the cheaper of two entries holds a lock on the
@@ -109,9 +110,11 @@ def key(graph_hash: str, spec: str, device: str) -> str:
     return hashlib.sha256(f"{FORMAT} {graph_hash} {spec} {device}".encode()).hexdigest()[:32]
 
 
-def spec_of(abstract_args, nums) -> str:
-    """The arguments' pytree with each leaf's dtype and shape (of ``jax.ShapeDtypeStruct``s)
-    and the arguments differentiated, in words: ``(f32[3], {a: f32[4,3]}) d/d args 0``."""
+def spec_of(abstract_args, nums, batch: int | None = None) -> str:
+    """One sample's pytree with each leaf's dtype and shape (of ``jax.ShapeDtypeStruct``s),
+    the arguments differentiated and the ``jax.vmap`` batch size where there is one, in
+    words: ``(f32[3], {a: f32[4,3]}) d/d args 0`` or ``... d/d args 0 under jax.vmap at
+    batch 256``."""
     import jax
     import numpy as np
 
@@ -122,7 +125,8 @@ def spec_of(abstract_args, nums) -> str:
 
     leaves, tree = jax.tree_util.tree_flatten(abstract_args)
     shown = str(jax.tree_util.tree_unflatten(tree, [name(leaf) for leaf in leaves])).replace("'", "")
-    return f"{shown} d/d args {','.join(map(str, nums))}"
+    vmapped = "" if batch is None else f" under jax.vmap at batch {batch}"
+    return f"{shown} d/d args {','.join(map(str, nums))}{vmapped}"
 
 
 def device_name() -> str:

@@ -8,9 +8,11 @@ a leading axis of every argument) of
   budget_s=--anneal-s, seed=0)``) and ``agent`` (``alphagrad.from_pretrained().order(graph,
   budget_s=--agent-s, seed=0)``), each found by its entry in :data:`eval.methods.METHODS`:
   ``alphagrad.jacobian(f, order)`` in that order;
-* ``auto``: ``alphagrad.jacobian(f)`` with no order (``--no-auto`` leaves it out), which
-  searches for ``--anneal-s`` seconds and times its candidates against jacfwd and jacrev at
-  one sample's shapes on its first call, then runs its choice under the benchmark's vmap,
+* ``auto``: ``alphagrad.jacobian(f, batch=B)`` with no order (``--no-auto`` leaves it out),
+  made anew for each batch B as a user who states their batch would: its first call
+  (outside the benchmark's jit) searches for ``--anneal-s`` seconds and times its
+  candidates against jacfwd and jacrev as ``jax.jit(jax.vmap(.))`` at batch B; the
+  benchmark's vmap then runs the choice kept for B,
 
 all with the same ``argnums`` (every argument) on the same inputs, in one process. Per
 method it records the compile time (``jit(...).lower(...).compile()``), the median time of
@@ -63,7 +65,7 @@ ATTENTION_WORDS = ("attention", "transformer", "encoder")
 #: JAX's Jacobians (the references) first, then alphagrad's orders, in table order.
 JAX_METHODS = ("jacrev", "jacfwd")
 ORDER_METHODS = ("forward", "reverse", "markowitz", "anneal", "agent")
-#: ``alphagrad.jacobian(f)`` with no order: it chooses at the per-sample shapes on its first
+#: ``alphagrad.jacobian(f, batch=B)`` with no order: it chooses for the batch on its first
 #: call (outside the benchmark's jit, as a user's first call would), then runs its choice.
 AUTO = "auto"
 #: (rtol, atol relative to max(1, max |jacrev|)) of the Jacobian check per dtype; float32 as
@@ -83,7 +85,7 @@ class Settings:
     repeats: int = 20
     anneal_s: float = 10.0
     agent_s: float = 10.0
-    auto: bool = True  # also alphagrad.jacobian(f) with no order (searching --anneal-s seconds)
+    auto: bool = True  # also alphagrad.jacobian(f, batch=B) with no order (searching --anneal-s seconds)
     time_limit_s: float = 300.0
     out: str | None = None
     note: str = ""
@@ -302,18 +304,28 @@ def _program(ex, settings: Settings, agent) -> _Program:
     fns = {"jacrev": jax.jacrev(ex.fn, argnums=argnums), "jacfwd": jax.jacfwd(ex.fn, argnums=argnums)}
     fns.update({m: ag.jacobian(ex.fn, orders[m][0], argnums=argnums) for m in ORDER_METHODS if m in orders})
     mults = {m: int(ag.cost(graph, order)) for m, (order, _, _) in orders.items()}
-    if settings.auto:
-        t = time.perf_counter()
-        auto = ag.jacobian(ex.fn, argnums=argnums, budget=settings.anneal_s, cache=False)
-        jax.block_until_ready(auto(*ex.args))  # the choice, made at one sample's shapes
-        (choice,) = auto.choices
-        fns[AUTO] = auto
-        orders[AUTO] = (choice.order, time.perf_counter() - t, choice.name)
-        if choice.name not in ("jax.jacfwd", "jax.jacrev"):
-            mults[AUTO] = int(choice.cost)
     out = jax.eval_shape(fns["jacrev"], *ex.args)
     jac_bytes = sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(out))
     return _Program(ex, graph, fns, orders, mults, int(jac_bytes), time.perf_counter() + settings.time_limit_s)
+
+
+def _tune_auto(prog: _Program, batch: int, settings: Settings) -> None:
+    """``alphagrad.jacobian(f, batch=batch)``, its choice made by a first call at one
+    sample's arguments (outside any trace, as a user's would be), as ``prog``'s auto."""
+    import jax
+
+    import alphagrad as ag
+
+    ex = prog.example
+    t = time.perf_counter()
+    auto = ag.jacobian(ex.fn, argnums=tuple(range(len(ex.args))), budget=settings.anneal_s, cache=False,
+                       batch=batch)
+    jax.block_until_ready(auto(*ex.args))
+    (choice,) = auto.choices
+    prog.fns[AUTO] = auto
+    prog.orders[AUTO] = (choice.order, time.perf_counter() - t, choice.name)
+    if choice.name not in ("jax.jacfwd", "jax.jacrev"):
+        prog.mults[AUTO] = int(choice.cost)
 
 
 def _row(prog: _Program, batch: int, method: str) -> dict:
@@ -339,6 +351,8 @@ def _compile_all(prog: _Program, rows: dict, inputs, free: int | None, deadline:
     ours = sorted((m for m in rows if m in ORDER_METHODS), key=lambda m: rows[m]["mults"])
     for method in [m for m in JAX_METHODS if m in rows] + [m for m in (AUTO,) if m in rows] + ours:
         row = rows[method]
+        if row["status"] != "ok":
+            continue
         left = deadline - time.perf_counter()
         if left <= 0:
             _skip(row, "skipped", "time limit reached")
@@ -416,13 +430,21 @@ def bench_batch(prog: _Program, batch: int, settings: Settings, device, deadline
     timed by ``deadline`` (a ``time.perf_counter()`` time) as far as it allows."""
     from eval.bench_jacobian import _batch
 
-    rows = {m: _row(prog, batch, m) for m in prog.fns}
+    for kept in (prog.fns, prog.orders, prog.mults):  # auto is tuned per batch
+        kept.pop(AUTO, None)
+    rows = {m: _row(prog, batch, m) for m in [*prog.fns, *([AUTO] if settings.auto else [])]}
     free = _available_bytes(device)
     if free is not None and prog.jac_bytes * batch > free / 2:
         for row in rows.values():
             _skip(row, "skipped", f"does not fit: the Jacobian alone takes {prog.jac_bytes * batch / 2**30:.2f} GiB, "
                                   f"{free / 2**30:.2f} GiB free")
         return list(rows.values())
+    if settings.auto:
+        try:
+            _tune_auto(prog, batch, settings)
+            rows[AUTO] = _row(prog, batch, AUTO)
+        except Exception as e:  # noqa: BLE001 - reported in the row
+            _skip(rows[AUTO], "skipped" if _is_oom(e) else "error", _one_line(e))
     inputs = _batch(prog.example.args, batch)
     compiled = _compile_all(prog, rows, inputs, free, deadline)
     _warm_up_and_check(compiled, rows, inputs, device.platform)
