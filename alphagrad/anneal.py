@@ -154,7 +154,7 @@ def descend(graph: Graph, start, convention: str = "exact", limit: int | None = 
     to each chain's best order at its end: moves over long distances that annealing rarely
     draws. ``limit`` (an int >= 0) caps the targets scored (a whole pass scores n(n-1)/2)."""
     check_graph(graph, "baselines.descend")
-    ev = Evaluator(graph, rl.check_convention(convention))
+    ev = Evaluator(graph, rl.check_convention(convention, time=True))
     order = np.asarray(resolve_order(graph, start, convention), np.int64)
     limit = None if limit is None else check_int(limit, "limit", 0)
 
@@ -301,7 +301,7 @@ def _anneal_setup(graph, budget_s, seed, convention, iterations, start, where):
     check_graph(graph, where)
     budget_s = check_budget(budget_s)
     seed = check_seed(seed)
-    rl.check_convention(convention)
+    rl.check_convention(convention, time=True)
     if iterations is not None:
         iterations = check_int(iterations, "iterations", 0)
     ev = Evaluator(graph, convention)
@@ -535,7 +535,8 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         after the first chunk (the first chunk, a few moves, always runs); it ends
         sooner when the descent reaches an order no such move improves.
       seed: random seed, an int in ``[0, 2**32)``.
-      convention: cost convention.
+      convention: cost convention (``"time"`` or ``"time:PLATFORM"``: the modelled
+        time, :mod:`alphagrad.time_model`, minimised at the same speed).
       iterations: a fixed number of moves (an int >= 0) instead of a time budget; each
         descent (of a start order, and at the end) then scores at most as many targets
         (deterministic).

@@ -3,13 +3,16 @@
     alphagrad demo [--example RoeFlux_3d] [--budget 5] [--chain 3]   # the README example, offline
     alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--json]
     alphagrad cache list|clear|export FILE|import FILE   # the orders alphagrad.jacobian(f) keeps
+    alphagrad timemodel fit [--quick] [--batch 256] | show   # the time model of convention="time"
 
 ``order`` traces the function from the shapes in ``--args`` (no array is allocated), so a
 function whose ``lax.cond`` branch depends on argument values is refused. ``demo`` says on
 each graph it shows how the model's order compares with annealing's and whether the
 Jacobian computed in it equals ``jax.jacrev``'s. ``cache`` lists, clears, exports (one
 JSON file, to ship with code) or imports (an entry replacing one only if cheaper) the
-orders that ``alphagrad.jacobian(f)`` keeps (:mod:`alphagrad.order_cache`).
+orders that ``alphagrad.jacobian(f)`` keeps (:mod:`alphagrad.order_cache`). ``timemodel fit``
+times orders of zoo programs on this machine and fits the time model
+(:mod:`alphagrad.time_fit`); exit status 1, the stored model unchanged, if it cannot measure.
 
 Exit status: 0 done; 1 a Jacobian check of ``demo`` failed (a wrong Jacobian: please
 report it); 2 a wrong argument, file, function or model (the one-line message on stderr
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -55,6 +59,20 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _names(text: str) -> tuple:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
 
 
 def _seed(text: str) -> int:
@@ -526,6 +544,32 @@ def cache(args) -> int:
     return 0
 
 
+def timemodel(args) -> int:
+    """Fits the time model (convention ``"time"``) on this machine and keeps it in the
+    cache directory, where it overrides the packaged one; or shows the model in use.
+    Exit status 1, the stored model untouched, when it cannot measure."""
+    from alphagrad import time_fit, time_model
+
+    try:
+        platform = time_model.platform_of(time_model.TIME, args.platform)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.action == "show":
+        model = time_model.load(platform)
+        print(json.dumps({"source": model.source, **model.to_json()}, indent=1))
+        return 0
+    settings = time_fit.FitSettings.quick() if args.quick else time_fit.FitSettings()
+    changes = {k: v for k, v in (("batch", args.batch), ("programs", args.programs)) if v is not None}
+    try:
+        model, path = time_fit.refit(dataclasses.replace(settings, **changes), platform, args.out,
+                                     log=lambda line: print(line, file=sys.stderr))
+    except time_fit.FitError as e:
+        print(f"alphagrad timemodel fit: error: {e}; the stored model is unchanged", file=sys.stderr)
+        return 1
+    print(f"wrote the {platform} time model (batch {model.batch}) to {path}")
+    return 0
+
+
 def _disk_caches() -> None:
     """Keeps the command's one-time work on disk for its next runs, under ``alphagrad``
     in ``$XDG_CACHE_HOME`` (default ``~/.cache``): a graph's rule tables
@@ -587,6 +631,17 @@ def main(argv=None) -> int:
     actions.add_parser("import", help="merge a file written by export (an order replaces one only if "
                                       "cheaper)").add_argument("file")
     p.set_defaults(run=cache)
+    p = sub.add_parser("timemodel", help="fit the time model (convention 'time') on this machine, or show it")
+    actions = p.add_subparsers(dest="action", required=True)
+    actions.add_parser("show", help="the model convention 'time' uses here, and where it comes from")
+    fit = actions.add_parser("fit", help="time orders of zoo programs, fit the model, keep it in the cache")
+    fit.add_argument("--quick", action="store_true", help="6 small programs, fewer orders (about a minute)")
+    fit.add_argument("--batch", type=_positive, default=None, help="the batch a call is timed at (default 256)")
+    fit.add_argument("--programs", type=_names, default=None, help="comma-separated zoo example names")
+    fit.add_argument("--out", default=None, help="the file to write (default: in the cache directory)")
+    for q in (p, fit):
+        q.add_argument("--platform", default=None, help="JAX backend (default: jax.default_backend())")
+    p.set_defaults(run=timemodel)
     args = parser.parse_args(argv)
     if args.command != "cache":  # the cache's commands need no JAX
         _disk_caches()

@@ -46,6 +46,7 @@ import numba
 import numpy as np
 
 from alphagrad import rules as rl
+from alphagrad import time_model
 from alphagrad.graph import Graph
 
 #: Costs and their sums saturate here (:data:`alphagrad.rules.COST_CAP`, as int64; see
@@ -1048,7 +1049,8 @@ class Evaluator:
 
     Args:
       graph: the graph.
-      convention: the cost convention.
+      convention: the cost convention (``"time"``: the time model's picoseconds, see
+        :mod:`alphagrad.time_model`).
       rule_tables: the graph's rule tables if the caller keeps them (default: built once
         and cached by :func:`alphagrad.rules.tables`).
     """
@@ -1058,12 +1060,13 @@ class Evaluator:
             raise TypeError(f"Evaluator needs an alphagrad.Graph (alphagrad.trace(f, *args)), got "
                             f"{type(graph).__name__}")
         self.graph = graph
-        self.convention = rl.check_convention(convention)
+        self.convention = rl.check_convention(convention, time=True)
         T = rule_tables if rule_tables is not None else rl.tables(graph)
         self.tables = T
         self.compose = np.ascontiguousarray(T.compose, np.int64)
         self.join = np.ascontiguousarray(T.join, np.int64)
-        self.cost_table = np.ascontiguousarray(T.cost[convention], np.int64)
+        self.cost_table = np.ascontiguousarray(T.cost[convention] if convention in T.cost
+                                               else time_model.convention_table(T, convention), np.int64)
         self.entries = T.entries  # what each structure holds: the policy's fill-in feature
         self._edges = (
             np.asarray([e.src for e in graph.edges], np.int64),

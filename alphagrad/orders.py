@@ -35,9 +35,10 @@ def reverse(graph: Graph) -> list[int]:
 def markowitz(graph: Graph, convention: str = "exact") -> list[int]:
     """Greedy minimal Markowitz degree: repeatedly eliminate the vertex that is cheapest
     to eliminate now (smallest id on ties), counted exactly (compiled, int64; Python
-    integers past 2**62)."""
+    integers past 2**62); in ``convention="time"``, the one quickest to eliminate now
+    (:mod:`alphagrad.time_model`)."""
     check_graph(graph, "baselines.markowitz")
-    return Evaluator(graph, rl.check_convention(convention)).markowitz()
+    return Evaluator(graph, rl.check_convention(convention, time=True)).markowitz()
 
 
 def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20) -> list[int]:
@@ -55,7 +56,7 @@ def optimal(graph: Graph, convention: str = "exact", max_intermediates: int = 20
         search counts in int64).
     """
     check_graph(graph, "baselines.optimal")
-    rl.check_convention(convention)
+    rl.check_convention(convention, time=True)
     max_intermediates = check_int(max_intermediates, "max_intermediates", 0)
     inter = np.asarray(graph.intermediates, np.int64)
     if len(inter) > max_intermediates:
@@ -94,7 +95,7 @@ def classic(graph: Graph, convention: str = "exact", evaluator: Evaluator | None
     what a learned order is measured against); ``evaluator``: one of ``graph`` in
     ``convention`` the caller already holds (Markowitz then reuses its tables)."""
     check_graph(graph, "orders.classic")
-    ev = evaluator if evaluator is not None else Evaluator(graph, rl.check_convention(convention))
+    ev = evaluator if evaluator is not None else Evaluator(graph, rl.check_convention(convention, time=True))
     if ev.graph.fingerprint != graph.fingerprint or ev.convention != convention:
         raise ValueError(f"the evaluator counts another graph or convention ({ev.convention!r}) "
                          f"than the one asked for ({convention!r})")

@@ -45,13 +45,19 @@ ENTRIES_CAP = 2**40
 COST_CAP = 2**62 - 1
 
 
-def check_convention(convention) -> str:
-    """Returns ``convention`` if it names a cost model, else raises ValueError saying which do."""
+def check_convention(convention, time: bool = False) -> str:
+    """Returns ``convention`` if it names a cost model, else raises ValueError saying which
+    do; with ``time``, also the time model (``"time"`` or ``"time:PLATFORM"``, see
+    :mod:`alphagrad.time_model`), which the compiled evaluator counts but the JAX engine
+    does not."""
+    if time and isinstance(convention, str) and (convention == "time" or convention.startswith("time:")):
+        return convention
     if not isinstance(convention, str) or convention not in st.CONVENTIONS:
+        also = "; or \"time\": modelled seconds on this platform, alphagrad.time_model" if time else ""
         raise ValueError(
             f"unknown cost convention {convention!r}; use one of {list(st.CONVENTIONS)} "
             f"(\"exact\": what alphagrad.jacobian executes, \"published\": the published "
-            f"AlphaGrad cost model)"
+            f"AlphaGrad cost model{also})"
         )
     return convention
 
@@ -104,6 +110,9 @@ class RuleTables:
 
     def exact_cost(self, convention: str, a: int, b: int) -> int:
         """The exact multiplications of ``a . b`` (a Python integer, never saturated)."""
+        if convention not in self.cost:  # the time model: picoseconds have no exact recount
+            raise OverflowError("a modelled time reached 2**62 picoseconds (53 days), beyond what the "
+                                "evaluator's int64 sums hold")
         c = int(self.cost[convention][a, b])
         return c if c < COST_CAP else self.products[(int(a), int(b))].cost[convention]
 

@@ -3,13 +3,15 @@ costs (:func:`cost`) and the bar every order is measured against (:func:`best_ba
 the cheapest of forward, reverse and Markowitz; also the network's cost scale).
 
 All counts are exact integers from the compiled evaluator (:mod:`alphagrad.evaluator`):
-int64, and Python integers where a count reaches 2**62.
+int64, and Python integers where a count reaches 2**62; the time convention
+(:mod:`alphagrad.time_model`) sums picoseconds on the same evaluator and returns seconds.
 """
 
 from __future__ import annotations
 
 from alphagrad import orders
 from alphagrad import rules as rl
+from alphagrad import time_model
 from alphagrad.checks import check_graph
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
@@ -49,9 +51,9 @@ def resolve_order(graph: Graph, order, convention: str = "exact") -> list[int]:
     return graph.check_order(order)
 
 
-def cost(graph: Graph, order, convention: str = "exact") -> int:
-    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order``: the
-    one door for scoring an order (exact integers at any size).
+def cost(graph: Graph, order, convention: str = "exact", platform: str | None = None) -> int | float:
+    """Multiplications needed to accumulate the Jacobian of ``graph`` by ``order`` (exact
+    integers at any size), or its modelled time: the one door for scoring an order.
 
     Args:
       graph: a traced graph (:func:`alphagrad.trace`).
@@ -59,24 +61,35 @@ def cost(graph: Graph, order, convention: str = "exact") -> int:
         array), ``"fwd"``, ``"rev"`` or ``"markowitz"``, or a result with ``.order`` (an
         ``OrderResult``), as :func:`alphagrad.jacobian` accepts (see :func:`resolve_order`).
       convention: ``"exact"`` (what :func:`alphagrad.jacobian` executes; identity and
-        +-1 factors are free) or ``"published"`` (the published AlphaGrad cost model).
+        +-1 factors are free), ``"published"`` (the published AlphaGrad cost model) or
+        ``"time"`` (:mod:`alphagrad.time_model`: the seconds the order's products add to a
+        call of ``jax.jit(jax.vmap(J))`` at the model's batch on ``platform``, what every
+        order pays alike left out; with a warning, 1 ns per multiplication where no model
+        is fitted for it).
+      platform: for ``"time"``, the platform (JAX's backend name; default
+        ``jax.default_backend()``).
 
     Returns:
       A Python int, counted with the compiled evaluator in int64 (the same rule tables
-      as the JAX engine) and with Python integers if a count reaches 2**62.
+      as the JAX engine) and with Python integers if a count reaches 2**62; for
+      ``"time"``, a float in seconds (summed in int64 picoseconds).
 
     Raises:
       TypeError: ``graph`` is not a Graph (e.g. the function itself), or ``order`` is
         not a sequence of integers.
-      ValueError: unknown convention, or ``order`` is not a permutation of the
-        intermediates (or was computed for another graph).
+      ValueError: unknown convention, ``platform`` without ``"time"``, or ``order`` is not
+        a permutation of the intermediates (or was computed for another graph).
     """
     check_graph(graph, "alphagrad.cost", "alphagrad.cost(alphagrad.trace(f, *args), order)")
-    rl.check_convention(convention)
+    rl.check_convention(convention, time=True)
+    timed = time_model.is_time(convention)
+    if platform is not None and not timed:
+        raise ValueError(f"platform= is for convention='time', not {convention!r}")
+    if timed:
+        convention = f"{time_model.TIME}:{time_model.platform_of(convention, platform)}"
     order = resolve_order(graph, order, convention)
-    if not order:
-        return 0
-    return Evaluator(graph, convention).cost(order)
+    total = Evaluator(graph, convention).cost(order) if order else 0
+    return total * time_model.UNIT_S if timed else total
 
 
 def baseline_costs(graph: Graph, convention: str = "exact", evaluator: Evaluator | None = None) -> dict:
@@ -84,7 +97,7 @@ def baseline_costs(graph: Graph, convention: str = "exact", evaluator: Evaluator
     name; ``evaluator``: one of ``graph`` in ``convention`` the caller already holds, so
     that no tables are built twice."""
     check_graph(graph, "scoring.baseline_costs")
-    ev = evaluator if evaluator is not None else Evaluator(graph, rl.check_convention(convention))
+    ev = evaluator if evaluator is not None else Evaluator(graph, rl.check_convention(convention, time=True))
     return {name: ev.cost(order) for name, order in orders.classic(graph, convention, ev).items()}
 
 

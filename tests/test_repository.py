@@ -147,6 +147,7 @@ LAYERS = (
     ("alphagrad.structure", "alphagrad.network", "alphagrad.examples", "alphagrad.examples.published",
      "alphagrad.examples.real", "alphagrad.examples.zoo"),
     ("alphagrad.primitives", "alphagrad.rules", "alphagrad.graph"),
+    ("alphagrad.time_model",),
     ("alphagrad.trace", "alphagrad.checks", "alphagrad.evaluator", "alphagrad.canonical", "alphagrad.order_cache"),
     ("alphagrad.engine", "alphagrad.orders", "alphagrad.features"),
     ("alphagrad.scoring", "alphagrad.player", "alphagrad.observe"),
@@ -156,6 +157,7 @@ LAYERS = (
     ("alphagrad.hub",),
     ("alphagrad.agent",),
     ("alphagrad.autotune",),
+    ("alphagrad.time_fit",),
     ("alphagrad.cli",),
     ("alphagrad", "alphagrad.__main__"),
 )
