@@ -9,7 +9,9 @@ intermediate is eliminated. Illegal actions (inputs, outputs, padding, eliminate
 vertices) are masked out of the priors.
 
 A *prior* gives the search its policy logits and value estimates: ``uniform`` or
-``markowitz`` (logits from minus each vertex's current elimination cost).
+``markowitz`` (logits from minus each vertex's current elimination cost), or the
+policy-value network on the game it reads (:mod:`alphagrad.observe`:
+:func:`make_network_recurrent_fn`, :func:`network_root`), as self-play trains it.
 
 The search tree stores one embedding per node, so the embedding holds only what changes
 during a game (edges, legal moves, cost so far); the rule tables and the vertex shapes,
@@ -27,7 +29,7 @@ import mctx
 import numpy as np
 from flax import struct
 
-from alphagrad import checks, engine, rules, scoring
+from alphagrad import checks, engine, observe, rules, scoring
 from alphagrad.orders import classic
 from alphagrad.evaluator import Evaluator
 from alphagrad.graph import Graph
@@ -94,6 +96,57 @@ def root_output(prior: Prior, params, state: engine.GameState, scale) -> mctx.Ro
     logits, value = prior(params, state, scale)
     return mctx.RootFnOutput(prior_logits=_mask(logits, state.eliminable), value=value,
                              embedding=(_split(state)[0], scale))
+
+
+def split_game(game: observe.Game):
+    """An :class:`alphagrad.observe.Game` as (what changes during a game, what never
+    does): the search tree stores the first per node."""
+    dynamic, static = _split(game.state)
+    return game.replace(state=dynamic, entries=None), (static, game.entries)
+
+
+def merge_game(dynamic: observe.Game, static) -> observe.Game:
+    tables, entries = static
+    return dynamic.replace(state=_merge(dynamic.state, tables), entries=entries)
+
+
+def network_prior(net, params, h, game: observe.Game, scale):
+    """The network on a batch of games: ``(raw [B, V, NUM_RAW], logits [B, V] masked to
+    the legal moves, value [B])``, the value as mctx wants it: minus the predicted cost
+    still to come over the scale (the network predicts that cost)."""
+    raw = jax.vmap(observe.observe)(game)
+    logits, value = jax.vmap(lambda h, g, r, s: observe.decode(net, params, h, g, r, s))(h, game, raw, scale)
+    return raw, _mask(logits, game.state.eliminable), -value
+
+
+def network_root(net, params, h, game: observe.Game, scale) -> tuple[mctx.RootFnOutput, jax.Array]:
+    """The mctx root of a batch of games under the network, and the raw observation."""
+    raw, logits, value = network_prior(net, params, h, game, scale)
+    return mctx.RootFnOutput(prior_logits=logits, value=value, embedding=split_game(game)[0]), raw
+
+
+def make_network_recurrent_fn(net):
+    """The mctx ``recurrent_fn`` of the elimination game with the network as prior: the
+    JAX game (:func:`alphagrad.observe.play`) steps, the decoder scores the new state.
+    Its ``params`` are ``(network params, h [B, V, D], static, scale [B])``, ``static``
+    from :func:`split_game`; the reward is minus the step's multiplications over the scale."""
+
+    def recurrent_fn(params, rng_key, action, embedding):
+        net_params, h, static, scale = params
+        game = merge_game(embedding, static)
+        done_before = ~game.state.eliminable.any(-1)
+        game, mults = jax.vmap(observe.play)(game, action)
+        done = ~game.state.eliminable.any(-1)
+        _, logits, value = network_prior(net, net_params, h, game, scale)
+        out = mctx.RecurrentFnOutput(
+            reward=jnp.where(done_before, 0.0, -mults.astype(jnp.float32) / scale),
+            discount=jnp.where(done, 0.0, 1.0),
+            prior_logits=logits,
+            value=jnp.where(done, 0.0, value),
+        )
+        return out, split_game(game)[0]
+
+    return recurrent_fn
 
 
 @struct.dataclass

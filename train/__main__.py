@@ -1,6 +1,7 @@
 """``python -m train --config train/configs/<name>.yaml --workdir DIR [--resume] [--max-hours H]``
 
-Trains the policy-value network on labelled states (see ``train/loop.py``). Metrics go
+Trains the policy-value network on labelled states (see ``train/loop.py``), or by
+AlphaZero self-play for a config of ``mode: selfplay`` (``train/selfplay.py``). Metrics go
 to stdout, DIR/metrics.csv and DIR/tensorboard; checkpoints to DIR/checkpoints (the last
 K and the best by validation); the best network so far, in the hub format, to
 DIR/best_model. ``--resume`` continues a stopped or killed run exactly where its last
@@ -38,10 +39,22 @@ def workdir_problem(workdir: str, resume: bool) -> str | None:
     return None
 
 
+def _saved_config(workdir: str, overrides: dict) -> C.TrainConfig:
+    """The config a run in ``workdir`` was started with (its config.json), with ``overrides``."""
+    import json
+
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        raise C.ConfigError(f"--resume without --config reads the run's {path}, which does not exist; pass --config")
+    with open(path) as f:
+        return C.from_dict(C.overridden(json.load(f), overrides))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", required=True, help="YAML experiment config (see train/configs/)")
+    p.add_argument("--config", help="YAML experiment config (see train/configs/); with --resume, default: the "
+                   "run's own (DIR/config.json)")
     p.add_argument("--workdir", required=True, help="run directory (checkpoints, metrics, best model)")
     p.add_argument("--resume", action="store_true", help="continue the run in --workdir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -61,12 +74,14 @@ def main(argv=None) -> int:
             p.error(f"--set needs KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value)
     config = None
+    if args.config is None and not args.resume:
+        p.error("--config is required (without --resume)")
     try:
-        config = C.load(args.config, overrides)
+        config = C.load(args.config, overrides) if args.config else _saved_config(args.workdir, overrides)
         config.validate()
     except C.ConfigError as e:
         hint = None  # the config's own build command for its missing data set
-        if config is not None and str(e).startswith(f"data.path {config.data.path!r} does not exist"):
+        if config is not None and args.config and str(e).startswith(f"data.path {config.data.path!r} does not exist"):
             hint = C.build_command(args.config, config.data.path)
         print(f"config error: {e}" if hint is None else
               f"config error: data.path {config.data.path!r} does not exist; build it with the command "
@@ -81,7 +96,10 @@ def main(argv=None) -> int:
               f"starting it from step 0", file=sys.stderr)
     if args.max_hours is not None and not args.max_hours > 0:
         p.error(f"--max-hours must be > 0, got {args.max_hours}")
-    from train.loop import train
+    if config.mode == "selfplay":
+        from train.selfplay import train
+    else:
+        from train.loop import train
 
     try:
         out = train(config, args.workdir, resume=args.resume, progress=not args.no_progress,

@@ -71,6 +71,80 @@ class DataConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SelfPlayConfig:
+    """AlphaZero self-play (``mode: selfplay``, :mod:`train.selfplay`): Gumbel MuZero
+    (mctx) with the network as prior plays batches of games on a pool of graphs; every
+    game leaves ``states_per_game`` of its states, with the search's policy and the cost
+    the game then still spent, in a replay buffer the updates draw from.
+
+    Attributes:
+      games: games a step plays at once (one batch; a multiple of the devices).
+      simulations: simulations per move; max_considered: actions Gumbel MuZero considers
+        at the root; gumbel_scale: the scale of its Gumbel noise (0: none).
+      states_per_game: states of each game kept as targets (drawn at random along it).
+      replay: games the replay buffer holds (the oldest go first).
+      batch_games: games (graph slots, ``states_per_game`` states each) per update; the
+        updates start once the buffer holds that many.
+      updates_per_step: updates after each step's games.
+      vertices, structures: the padded size of every game (vertices at most the engine's
+        limit); graphs that do not fit are left out of the pool (and counted in the log).
+      families: where the pool's graphs come from: ``random`` (``data_gen`` random
+        programs) and the example zoo's families (``published``, ``minpack``, ...).
+      random_ops: the smallest and largest operation count of a random program.
+      graphs: random programs in the pool (next to every zoo graph of ``families`` that fits).
+      devices: devices the batch is split over (``jax.sharding``); 0: all there are.
+      convention: the cost the reward counts (:func:`alphagrad.cost`'s multiplications,
+        ``exact`` or ``published``; the modelled ``time`` is not in the JAX game yet).
+    """
+
+    games: int = 8
+    simulations: int = 16
+    max_considered: int = 16
+    gumbel_scale: float = 1.0
+    states_per_game: int = 8
+    replay: int = 512
+    batch_games: int = 8
+    updates_per_step: int = 1
+    vertices: int = 128
+    structures: int = 256
+    families: tuple = ("random",)
+    random_ops: tuple = (20, 60)
+    graphs: int = 64
+    devices: int = 0
+    convention: str = "exact"
+
+    def validate(self) -> None:
+        """Raises :class:`ConfigError` for values that cannot work."""
+        from alphagrad.engine import MAX_VERTICES
+
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"selfplay.{f.name} must be a finite number, got {value}")
+            if isinstance(value, int) and f.name != "devices" and not value > 0:
+                raise ConfigError(f"selfplay.{f.name} must be positive, got {value}")
+        if self.devices < 0 or self.gumbel_scale < 0:
+            raise ConfigError(f"selfplay.devices (0: all) and selfplay.gumbel_scale must be >= 0, got "
+                              f"{self.devices} and {self.gumbel_scale}")
+        if self.vertices > MAX_VERTICES:
+            raise ConfigError(f"selfplay.vertices={self.vertices} is over the game's padded limit of {MAX_VERTICES} "
+                              f"vertices (its state is a dense vertices x vertices matrix); lower it")
+        if self.convention not in ("exact", "published"):
+            raise ConfigError(f"selfplay.convention must be exact or published (the JAX game counts "
+                              f"multiplications), got {self.convention!r}")
+        if self.replay < self.batch_games:
+            raise ConfigError(f"selfplay.replay={self.replay} holds fewer games than one update reads "
+                              f"(selfplay.batch_games={self.batch_games})")
+        lo, hi = (list(self.random_ops) + [0, 0])[:2]
+        if len(self.random_ops) != 2 or not 1 <= lo <= hi <= 3000:
+            raise ConfigError(f"selfplay.random_ops must be [smallest, largest] operation counts with "
+                              f"1 <= smallest <= largest <= 3000, got {list(self.random_ops)}")
+        if self.devices and (self.games % self.devices or self.batch_games % self.devices):
+            raise ConfigError(f"selfplay.games={self.games} and selfplay.batch_games={self.batch_games} must be "
+                              f"multiples of selfplay.devices={self.devices} (each device plays its share)")
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """One experiment: supervised training of the policy-value network on labelled states.
 
@@ -114,6 +188,8 @@ class TrainConfig:
         checkpoint is not picked for one lucky stretch of updates (without it a run's
         ``val_ratio`` moved by 1-4% between checkpoints 250 steps apart, and the model it
         picked was no better on held-out graphs). A horizon of ``1 / (1 - ema_decay)`` steps.
+      mode: ``supervised`` (labelled states of ``data``) or ``selfplay`` (AlphaZero:
+        :class:`SelfPlayConfig`; ``steps`` counts self-play steps, ``data`` is not read).
     """
 
     seed: int = 0
@@ -137,8 +213,10 @@ class TrainConfig:
     init_from: str = ""
     fresh_inputs: bool = False
     ema_decay: float = 0.0
+    mode: str = "supervised"
     network: NetworkConfig = NetworkConfig()
     data: DataConfig = DataConfig()
+    selfplay: SelfPlayConfig = SelfPlayConfig()
 
     def validate(self, check_paths: bool = True) -> None:
         """Raises :class:`ConfigError` for values that cannot work."""
@@ -192,12 +270,18 @@ class TrainConfig:
             if given and (len(given) != len(names) or min(given) < 1):
                 raise ConfigError(f"data.{counts} {list(given)} must give each of data.{sets} {list(names)} a "
                                   f"count >= 1 (or be empty: once each)")
+        if self.mode not in ("supervised", "selfplay"):
+            raise ConfigError(f"mode must be supervised or selfplay, got {self.mode!r}")
+        if self.mode == "selfplay":
+            self.selfplay.validate()
         if self.fresh_inputs and not self.init_from:
             raise ConfigError("fresh_inputs starts the inputs init_from's model lacks afresh, but init_from is "
                               "\"\" (a random start): set init_from to a model directory or fresh_inputs to false")
         if check_paths and self.init_from and not os.path.isfile(os.path.join(self.init_from, "config.json")):
             raise ConfigError(f"init_from {self.init_from!r} is not a model directory (no config.json); give "
                               f"the directory of a trained model (alphagrad/pretrained, RUN/best_model) or \"\"")
+        if self.mode == "selfplay":  # no data to read
+            return
         if check_paths and os.path.exists(self.data.path) and not os.path.isdir(self.data.path):
             raise ConfigError(
                 f"data.path {self.data.path!r} is a file, not a dataset; set data.path (or --set "
@@ -253,7 +337,7 @@ def _value(tp, value, key: str, empty_ok: bool = False):
     if dataclasses.is_dataclass(tp):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
-        kind = str if key.endswith(("labels", "paths")) else int
+        kind = str if key.endswith(("labels", "paths", "families")) else int
         if not isinstance(value, (list, tuple)) or not (value or empty_ok) or not all(type(v) is kind for v in value):
             raise ConfigError(f"{key} must be a{'' if empty_ok else ' non-empty'} list of "
                               f"{'names' if kind is str else 'integers'}, got {value!r}")
@@ -333,11 +417,16 @@ def read_yaml(path: str, _seen: tuple = ()) -> dict:
 def load(path: str, overrides: dict | None = None) -> TrainConfig:
     """Reads a YAML config (over its ``base:``); ``overrides`` ({"data.path": ..., ...})
     replace single keys."""
-    data = read_yaml(path)
+    return from_dict(overridden(read_yaml(path), overrides))
+
+
+def overridden(data: dict, overrides: dict | None) -> dict:
+    """``data`` (a config's settings) with ``overrides`` ({"data.path": ..., ...})
+    replacing single keys (in place)."""
     for dotted, value in (overrides or {}).items():
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = value
-    return from_dict(data)
+    return data
