@@ -35,6 +35,8 @@ def _cells(rows: list, program: str) -> tuple[str, str, str]:
         return "-", "-", "-"
     here = [r for r in rows if r["program"] == program and r["batch"] == batch and r["method"] in OURS]
     timed = [r for r in here if r.get("time_ms") is not None and r.get("ratio") is not None]
+    if not timed:  # JAX's own were not timed there (a time limit): no ratio to show
+        return "-", "-", "-"
     cheapest = min((r for r in here if r.get("mults") is not None), key=lambda r: (r["mults"], r["method"] != "agent"))
     cheap = next((r for r in timed if r["method"] == cheapest["method"]), None)
     fastest = min(timed, key=lambda r: r["ratio"])
@@ -63,8 +65,9 @@ def block(reports: list[str], command: str) -> str:
     for p in programs:
         ours = [r for r in first_rows if r["program"] == p and r["method"] in OURS and r.get("mults") is not None]
         by = {r["method"]: r["mults"] for r in ours}
-        cells = [p, str(next(r["intermediates"] for r in ours)), f"{by.get('forward', 0):,}", f"{by.get('reverse', 0):,}",
-                 f"{min(by.values()):,}"]
+        count = lambda m: "-" if m is None else f"{m:,}"
+        cells = [p, str(next((r["intermediates"] for r in first_rows if r["program"] == p), "-")),
+                 count(by.get("forward")), count(by.get("reverse")), count(min(by.values(), default=None))]
         for _, rep in loaded:
             cells += list(_cells(rep["rows"], p))
         lines.append("| " + " | ".join(cells) + " |")

@@ -123,8 +123,11 @@ def _trace(name):
 SMALL_ZOO = [e.name for e in ag.examples.all_examples() if e.family != "large_real"]
 
 
-def test_the_zoo_plays_the_same_game_in_both_implementations(agent):
-    for name in SMALL_ZOO:
+@pytest.mark.parametrize("half", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_the_zoo_plays_the_same_game_in_both_implementations(agent, half):
+    """Every other zoo graph by default (all families and padded sizes play), the rest
+    with ``-m slow``: CI's time on 2 cores."""
+    for name in SMALL_ZOO[half::2]:
         _conform(agent, name, _trace(name), SMALL)
 
 
@@ -137,9 +140,9 @@ def test_random_programs_play_the_same_game_in_both_implementations(agent, seed,
     _conform(agent, f"random program {seed}", graph, SMALL, seed=seed)
 
 
-def test_real_sized_programs_agree_on_their_first_moves(agent):
-    for name in LARGE_ZOO:
-        _conform(agent, name, _trace(name), LARGE, moves=LARGE_MOVES)
+@pytest.mark.parametrize("name", LARGE_ZOO[:1] + [pytest.param(n, marks=pytest.mark.slow) for n in LARGE_ZOO[1:]])
+def test_real_sized_programs_agree_on_their_first_moves(agent, name):
+    _conform(agent, name, _trace(name), LARGE, moves=LARGE_MOVES)
 
 
 def test_a_batch_of_games_under_vmap_plays_each_game():
