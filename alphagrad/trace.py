@@ -133,6 +133,12 @@ class Program:
     #: digit sizes of each axis; and the reshape steps that became relabellings of them.
     vertex_digits: dict = dataclasses.field(default_factory=dict)
     digit_reshapes: frozenset = frozenset()
+    #: per vertex made inside unrolled loops: ``((loop, iteration), ...)``, outermost loop
+    #: first (``loop`` numbers each unrolled scan/while instance), so the interpreter can
+    #: run a loop's eliminations as a ``lax.scan``; not part of the graph's identity.
+    vertex_loops: dict = dataclasses.field(default_factory=dict)
+    #: the same per step (``()`` outside loops), so it can run the loop's primal steps as a scan.
+    step_loops: tuple = ()
 
     def refined(self, s: st.Structure, value, src: int, dst: int):
         """A local Jacobian ``(s, value)`` of edge ``src -> dst`` on the split axes."""
@@ -339,6 +345,10 @@ class _Builder:
         self.known: dict[int, tuple] = {}
         self.arg_name: dict[int, str] = {}  # input slot -> "argument [0]['W']"
         self.context: list[str] = []  # enclosing loop iterations and branches, outermost first
+        self.loops: list[tuple] = []  # enclosing unrolled loops: (loop instance, iteration)
+        self.num_loops = 0
+        self.vertex_loops: list[tuple] = []  # per provisional vertex: self.loops when made
+        self.step_loops: list[tuple] = []  # per step: self.loops when added
         self.branches: list[Branch] = []
         self.branch_slots: list = []  # per branch: (index slot, count) if it depends on arguments
         self.vertex_of: dict[int, int] = {}  # slot -> provisional vertex
@@ -359,6 +369,7 @@ class _Builder:
         self.vertex_slot.append(slot)
         self.vertex_kind.append(kind)
         self.vertex_source.append(source)
+        self.vertex_loops.append(tuple(self.loops))
         return len(self.vertex_slot) - 1
 
     # ------------------------------------------------------------------ inlining
@@ -424,6 +435,7 @@ class _Builder:
         for o in outs:
             self.producer[o] = len(self.steps)
         self.steps.append(Step(e, tuple(ins), tuple(outs)))
+        self.step_loops.append(tuple(self.loops))
         return outs
 
     def _suffix(self) -> str:
@@ -597,10 +609,11 @@ class _Builder:
         xs = list(ins[n_consts + n_carry:])
         ys_avals = [v.aval for v in eqn.outvars[n_carry:]]
         ys = [[None] * length for _ in ys_avals]
-        start = len(self.steps)
+        start, loop = len(self.steps), self._new_loop()
         for it in range(length):
             i = length - 1 - it if p["reverse"] else it
             self.context.append(f"iteration {it} of {length}, scan at {where}")
+            self.loops.append((loop, it))
             source = where + self._suffix()
             x_i = [self._row(x, i, source, live) for x in xs]
             outs = self.inline(body.jaxpr, list(body.consts), consts + carry + x_i, where, live)
@@ -608,9 +621,15 @@ class _Builder:
             for k, y in enumerate(outs[n_carry:]):
                 ys[k][i] = y
             self.context.pop()
+            self.loops.pop()
             self._check_size("scan", where, it + 1, length, start)
         source = f"stacking the ys of the scan at {where}{self._suffix()}"
         return carry + [self._stack(pieces, aval, source, live) for pieces, aval in zip(ys, ys_avals)]
+
+    def _new_loop(self) -> int:
+        """A number for the loop instance about to be unrolled (see ``Program.vertex_loops``)."""
+        self.num_loops += 1
+        return self.num_loops - 1
 
     def _row(self, x, i, source, live):
         """``x[i]`` along the leading axis."""
@@ -657,13 +676,15 @@ class _Builder:
         cond, body = p["cond_jaxpr"], p["body_jaxpr"]
         nc, nb = p["cond_nconsts"], p["body_nconsts"]
         cond_consts, body_consts, carry = list(ins[:nc]), list(ins[nc:nc + nb]), list(ins[nc + nb:])
-        start, it = len(self.steps), 0
+        start, it, loop = len(self.steps), 0, self._new_loop()
         while True:
             self.context.append(f"iteration {it}, while at {where}")
+            self.loops.append((loop, it))
             # The predicate is not differentiated: its steps are values only.
             (pred,) = self.inline(cond.jaxpr, list(cond.consts), cond_consts + carry, where, {})
             value, deps = self._concrete(pred)
             self.context.pop()
+            self.loops.pop()
             if deps:
                 raise TraceError(
                     f"`while` at {where}{self._suffix()}: its trip count depends on "
@@ -676,8 +697,10 @@ class _Builder:
             if not bool(np.asarray(value)):
                 return carry
             self.context.append(f"iteration {it}, while at {where}")
+            self.loops.append((loop, it))
             carry = self.inline(body.jaxpr, list(body.consts), body_consts + carry, where, live)
             self.context.pop()
+            self.loops.pop()
             it += 1
             self._check_size("while", where, it, None, start)
 
@@ -748,6 +771,8 @@ class _Builder:
             branch_steps=self._cone([b[0] for b in self.branch_slots if b is not None]),
             vertex_digits={new_id[v]: d for v, d in digits.items()},
             digit_reshapes=frozenset(step for _, _, step in relabelled),
+            vertex_loops={new_id[v]: self.vertex_loops[v] for v in kept if self.vertex_loops[v]},
+            step_loops=tuple(self.step_loops),
         )
         in_vertex = tuple(
             new_id[self.vertex_of[s]] if s in self.vertex_of and self.vertex_of[s] in new_id else -1
