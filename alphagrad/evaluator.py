@@ -1255,19 +1255,8 @@ class Evaluator:
         return {(int(i), int(k)): int(s) for i, k, s in zip(*self._edges)}
 
     def _exact_step(self, E: dict, v: int) -> int:
-        preds = [(i, s) for (i, k), s in E.items() if k == v]
-        succs = [(k, s) for (i, k), s in E.items() if i == v]
         T, conv = self.tables, self.convention
-        total = 0
-        for i, b in preds:
-            for k, a in succs:
-                total += T.exact_cost(conv, a, b)
-                E[(i, k)] = int(self.join[E.get((i, k), 0), self.compose[a, b]])
-        for i, _ in preds:
-            del E[(i, v)]
-        for k, _ in succs:
-            del E[(v, k)]
-        return total
+        return sum(T.exact_cost(conv, a, b) for a, b in rl.eliminate_edges(E, v, self.compose, self.join))
 
     def _exact_vertex_cost(self, E: dict, v: int) -> int:
         T, conv = self.tables, self.convention

@@ -154,6 +154,26 @@ class RuleTables:
         return out
 
 
+def eliminate_edges(E: dict, v: int, compose, join) -> list[tuple[int, int]]:
+    """Eliminates ``v`` from ``E`` (``{(src, dst): structure id}``, updated in place) by the
+    rule tables ``compose``/``join``, in plain Python; returns the ``(a, b)`` structure ids
+    of its products (``a``: the edge out of ``v``, ``b``: the edge into it), one per
+    predecessor-successor pair. The one slow, exact walk that scoring past the int64 cap
+    and the time model's features share."""
+    preds = [(i, s) for (i, k), s in E.items() if k == v]
+    succs = [(k, s) for (i, k), s in E.items() if i == v]
+    products = []
+    for i, b in preds:
+        for k, a in succs:
+            products.append((a, b))
+            E[(i, k)] = int(join[E.get((i, k), 0), compose[a, b]])
+    for i, _ in preds:
+        del E[(i, v)]
+    for k, _ in succs:
+        del E[(v, k)]
+    return products
+
+
 class _Products(collections.abc.Mapping):
     """The products of a :class:`RuleTables`, composed on first access and kept."""
 

@@ -179,16 +179,8 @@ def order_features(graph, order) -> np.ndarray:
     E = {(e.src, e.dst): tables.index(e.structure) for e in graph.edges}
     total = np.zeros(len(FEATURES))
     for j in order:
-        preds = [(i, s) for (i, k), s in E.items() if k == j]
-        succs = [(k, s) for (i, k), s in E.items() if i == j]
-        for i, b in preds:
-            for k, a in succs:
-                total += feats[a, b]
-                E[(i, k)] = int(tables.join[E.get((i, k), 0), tables.compose[a, b]])
-        for i, _ in preds:
-            del E[(i, j)]
-        for k, _ in succs:
-            del E[(j, k)]
+        for a, b in rl.eliminate_edges(E, j, tables.compose, tables.join):
+            total += feats[a, b]
     return total
 
 
