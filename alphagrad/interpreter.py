@@ -967,6 +967,16 @@ class _Mapping:
         if self.to.setdefault(a, b) != b or self.back.setdefault(b, a) != a:
             self.ok = False
 
+    def add_inputs(self, a: tuple, b: tuple) -> bool:
+        """Pairs the slots two steps read (their ``inputs``); False where one reads a
+        constant (a tuple) and the other a slot."""
+        for ra, rb in zip(a, b):
+            if isinstance(ra, tuple) != isinstance(rb, tuple):
+                return False
+            if not isinstance(ra, tuple):
+                self.add(ra, rb)
+        return True
+
 
 def _chunk_map(graph: Graph, tmpl: _Chunk, chunk: _Chunk):
     """``(vertex map, slot map)`` under which ``chunk`` does what the template ``tmpl``
@@ -995,13 +1005,8 @@ def _chunk_map(graph: Graph, tmpl: _Chunk, chunk: _Chunk):
         for (sa, arga, outa), (sb, argb, outb) in zip(fa, fb):
             xa, xb = program.steps[sa], program.steps[sb]
             if ((arga, outa) != (argb, outb) or (sa in program.digit_reshapes) != (sb in program.digit_reshapes)
-                    or not _same_equation(xa.equation, xb.equation)):
+                    or not _same_equation(xa.equation, xb.equation) or not smap.add_inputs(xa.inputs, xb.inputs)):
                 return None
-            for ra, rb in zip(xa.inputs, xb.inputs):
-                if isinstance(ra, tuple) != isinstance(rb, tuple):
-                    return None
-                if not isinstance(ra, tuple):
-                    smap.add(ra, rb)
     return (vmap.to, smap.to) if vmap.ok and smap.ok else None
 
 
@@ -1290,13 +1295,9 @@ def _block_map(program, tmpl: list, block: list):
     smap = _Mapping()
     for ka, kb in zip(tmpl, block):
         a, b = program.steps[ka], program.steps[kb]
-        if not _same_equation(a.equation, b.equation) or len(a.inputs) != len(b.inputs):
+        if (not _same_equation(a.equation, b.equation) or len(a.inputs) != len(b.inputs)
+                or not smap.add_inputs(a.inputs, b.inputs)):
             return None
-        for ra, rb in zip(a.inputs, b.inputs):
-            if isinstance(ra, tuple) != isinstance(rb, tuple):
-                return None
-            if not isinstance(ra, tuple):
-                smap.add(ra, rb)
         for oa, ob in zip(a.outputs, b.outputs):
             smap.add(oa, ob)
     return smap.to if smap.ok else None
