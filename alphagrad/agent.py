@@ -46,6 +46,7 @@ class Agent(hub.AgentHubMixin):
         self.net = PolicyNet(NetworkConfig(**self.config["network"]))
         self.params = jax.tree_util.tree_map(jnp.asarray, params)
         self.card = card
+        self.finetuned = None  # what :meth:`finetune` did, on an adapted copy
         self._cache: dict = {}
 
     @property
@@ -74,8 +75,37 @@ class Agent(hub.AgentHubMixin):
         ``scale``, the best baseline's cost; ``encode=False``: a warm-up, see Player)."""
         return Player(self.net, self.params, graph, scale, ev, encode)
 
+    def finetune(self, f, *example_args, seconds: float, seed: int = 0, settings=None) -> "Agent":
+        """A copy of this agent adapted to ``f(*example_args)`` (or a traced
+        :class:`~alphagrad.graph.Graph`) by ``seconds`` of AlphaZero self-play on its graph
+        (:func:`alphagrad.selfplay.finetune`: Gumbel MuZero games with the network as prior,
+        Adam updates towards the search's policy and the cost the games spent; compiling
+        excluded). This agent's weights are unchanged; the copy's ``finetuned`` says what
+        was done (games, updates, seconds, the cheapest order its games played).
+
+        Raises:
+          TypeError, ValueError: ``seconds`` not a finite number in (0, 3600], ``seed``
+            not an integer in [0, 2**32), ``settings`` not a
+            :class:`~alphagrad.selfplay.FinetuneSettings`.
+          alphagrad.engine.GraphTooLargeError: the graph has more vertices than the JAX
+            game self-play runs on holds (1,024) or the model handles.
+        """
+        from alphagrad import selfplay
+
+        seconds = selfplay.check_finetune_s(seconds, "seconds")
+        checks.check_seed(seed)
+        settings = settings or selfplay.FinetuneSettings()
+        if not isinstance(settings, selfplay.FinetuneSettings):
+            raise TypeError(f"settings must be an alphagrad.selfplay.FinetuneSettings, not {type(settings).__name__}")
+        graph = f if isinstance(f, Graph) else _trace(f, *example_args)
+        tuned = selfplay.finetune(self.net, self.params, graph, seconds, int(seed), settings, self.max_vertices)
+        copy = type(self)(self.config, tuned.params, self.card)
+        copy.finetuned = tuned
+        return copy
+
     def order(self, f, *example_args, budget_s: float | None = None, seed: int = 0, fallback: str | None = None,
-              progress: bool = True, settings: InferenceSettings | None = None) -> OrderResult:
+              progress: bool = True, settings: InferenceSettings | None = None,
+              finetune_s: float | None = None) -> OrderResult:
         """A cheap elimination order for the Jacobian of ``f(*example_args)``.
 
         Args:
@@ -87,21 +117,31 @@ class Agent(hub.AgentHubMixin):
             from the baselines, without the network, with a warning, instead of an error.
           progress: show a progress bar (seconds of the budget spent, best cost so far).
           settings: the schedule's :class:`~alphagrad.inference.InferenceSettings`.
+          finetune_s: first adapt a copy of the network to this graph by this many
+            seconds of AlphaZero self-play (:meth:`finetune`; compiling excluded), then
+            run the schedule with it, the self-play games' cheapest order competing. Off
+            by default: on the CPU the same seconds spent in the schedule measure better
+            (``python -m eval.bench_finetune``).
 
         Raises:
           TypeError, ValueError: an argument of the wrong kind or out of range (checked
             before any work): ``budget_s`` must be a finite number > 0 or None, ``seed``
-            an integer in [0, 2**32).
+            an integer in [0, 2**32), ``finetune_s`` None or a finite number in (0, 3600].
           alphagrad.engine.GraphTooLargeError: the graph has more vertices than the model
-            handles (pass ``fallback="markowitz"``).
+            handles (pass ``fallback="markowitz"``), or, with ``finetune_s``, than the JAX
+            game of the fine-tune holds (1,024).
         """
         from alphagrad import engine
 
         _check_order_args(f, example_args, budget_s, seed, fallback, progress, settings)
+        if finetune_s is not None:
+            from alphagrad.selfplay import check_finetune_s
+
+            finetune_s = check_finetune_s(finetune_s)
         graph = f if isinstance(f, Graph) else _trace(f, *example_args)
         budget_s = 5.0 if budget_s is None else float(budget_s)
         settings = settings or InferenceSettings()
-        key = (graph.fingerprint, budget_s, int(seed), settings)
+        key = (graph.fingerprint, budget_s, int(seed), settings, finetune_s)
         if key in self._cache:
             return self._cache[key]
         make_player = self.player
@@ -117,7 +157,16 @@ class Agent(hub.AgentHubMixin):
                           f"{self.max_vertices}: annealing from the classic orders without the network",
                           stacklevel=2)
             make_player = lambda *a, **k: None  # noqa: E731
-        result = find_order(graph, make_player, budget_s, int(seed), settings, bool(progress))
+            finetune_s = None
+        extra, tuned = {}, None
+        if finetune_s is not None:
+            tuned = self.finetune(graph, seconds=finetune_s, seed=seed)
+            make_player, extra = tuned.player, {"fine-tune self-play": tuned.finetuned.order}
+        result = find_order(graph, make_player, budget_s, int(seed), settings, bool(progress), extra)
+        if tuned is not None:
+            t = tuned.finetuned
+            result.finetune = {"seconds": t.seconds, "compile_seconds": t.compile_seconds, "games": t.games,
+                               "updates": t.updates, "cost": t.cost}
         self._cache[key] = result
         return result
 

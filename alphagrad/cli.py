@@ -1,7 +1,7 @@
 """The ``alphagrad`` command line.
 
     alphagrad demo [--example RoeFlux_3d] [--budget 5] [--chain 3]   # the README example, offline
-    alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--json]
+    alphagrad order path/to/file.py:function --args "f32[3,4] f32[]" [--model ID] [--budget 10] [--finetune S] [--json]
     alphagrad cache list|clear|export FILE|import FILE   # the orders alphagrad.jacobian(f) keeps
     alphagrad timemodel fit [--quick] [--batch 256] | show   # the time model of convention="time"
 
@@ -49,6 +49,16 @@ def _seconds(allow_zero: bool):
         return value
 
     return parse
+
+
+def _finetune_seconds(text: str) -> float:
+    from alphagrad.selfplay import MAX_FINETUNE_S
+
+    value = _seconds(False)(text)
+    if value > MAX_FINETUNE_S:
+        raise argparse.ArgumentTypeError(f"at most {MAX_FINETUNE_S:g} s (longer adaptation is training: "
+                                         f"python -m train), got {text!r}")
+    return value
 
 
 def _count(text: str) -> int:
@@ -243,14 +253,16 @@ def order(args) -> int:
         graph = _trace(fn, name, example, args.args)
         agent = _agent(args.model)
         try:
-            result = agent.order(graph, budget_s=args.budget, fallback=args.fallback, seed=args.seed)
+            result = agent.order(graph, budget_s=args.budget, fallback=args.fallback, seed=args.seed,
+                                 finetune_s=args.finetune)
         except GraphTooLargeError as e:
             raise UsageError(f"{e} (on the command line: --fallback markowitz)") from None
     if args.json:
         print(json.dumps({"order": result.order, "cost": result.cost, "baselines": result.baselines,
                           "savings": result.savings, "method": result.method,
                           "network_cost": result.network_cost, "seconds": result.seconds,
-                          "compile_seconds": result.compile_seconds, "fingerprint": result.fingerprint},
+                          "compile_seconds": result.compile_seconds, "fingerprint": result.fingerprint,
+                          "finetune": result.finetune},
                          allow_nan=False))
     else:
         print(result)
@@ -620,6 +632,8 @@ def main(argv=None) -> int:
                    help="seconds of network orders and annealing (> 0)")
     p.add_argument("--fallback", choices=["markowitz"], default=None,
                    help="graphs over the model's limit: annealing from the classic orders, without the network")
+    p.add_argument("--finetune", type=_finetune_seconds, default=None, metavar="S",
+                   help="first adapt the network to this function by S seconds of self-play (at most 3600)")
     p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--json", action="store_true", help="print only the result, as JSON, on stdout")
     p.set_defaults(run=order)

@@ -108,13 +108,16 @@ class OrderResult:
       baselines: costs of ``forward``, ``reverse`` and ``markowitz`` on the same graph.
       method: the stage that found the order (``network greedy``, ``network sampled``,
         ``anneal``, ``anneal from the network's order`` (a late start), ``anneal after
-        the network's opening``, ``optimal`` or a baseline's name).
+        the network's opening``, ``optimal``, ``fine-tune self-play`` or a baseline's
+        name).
       network_cost: the cheapest order the network played (None if it did not play).
       seconds: wall time spent, one-time work excluded.
       compile_seconds: one-time work in this call: compiling the kernels (once per
         process) and the graph's rule tables (once per graph); 0 when both were done.
       history: ``(seconds, cost, stage)`` each time the best improved.
       fingerprint: the graph's fingerprint (orders are checked against it).
+      finetune: with ``finetune_s``, what the fine-tune did (seconds, compile_seconds,
+        games, updates, and the cost of the cheapest order its games played).
     """
 
     order: list
@@ -126,6 +129,7 @@ class OrderResult:
     compile_seconds: float
     history: list
     fingerprint: str
+    finetune: dict | None = None
 
     @property
     def best_baseline(self) -> int:
@@ -144,6 +148,11 @@ class OrderResult:
         net = "" if self.network_cost is None else f" (network alone {self.network_cost:,})"
         rows.append(f"savings vs the best baseline: {100 * self.savings:.1f}%{net}; {self.seconds:.1f} s "
                     f"+ {self.compile_seconds:.1f} s compiling")
+        if self.finetune:
+            t = self.finetune
+            best = "no order" if t["cost"] is None else f"cheapest game {t['cost']:,}"
+            rows.append(f"fine-tune: {t['games']} self-play games, {t['updates']} updates in {t['seconds']:.1f} s "
+                        f"+ {t['compile_seconds']:.1f} s compiling; {best}")
         return "\n".join(rows)
 
 
@@ -215,7 +224,7 @@ class Schedule:
     """
 
     def __init__(self, graph: Graph, make_player, budget_s: float, seed: int, settings: InferenceSettings,
-                 progress: bool):
+                 progress: bool, extra: dict | None = None):
         self.t0 = time.perf_counter()
         self.graph, self.make_player, self.budget_s, self.seed = graph, make_player, budget_s, seed
         self.settings, self.progress = settings, progress
@@ -234,6 +243,7 @@ class Schedule:
         self.failed: list = []  # an error on the network's thread, raised in the caller's
         self.thread: threading.Thread | None = None
         self.starts = orders.classic(graph, "exact", self.ev)
+        self.extra = {stage: order for stage, order in (extra or {}).items() if order is not None}
         self.costs: dict = {}
         self.bar = None
 
@@ -260,6 +270,8 @@ class Schedule:
         from tqdm.auto import tqdm
 
         self.costs = {name: self.offer(order, name) for name, order in self.starts.items()}
+        for stage, order in self.extra.items():
+            self.offer(order, stage)
         n = len(self.graph.intermediates)
         self.bar = tqdm(total=round(self.budget_s, 1), desc="alphagrad order", unit="s",
                         disable=not self.progress or n == 0, leave=False)
@@ -399,14 +411,16 @@ class Schedule:
 
 
 def find_order(graph: Graph, make_player, budget_s: float, seed: int = 0,
-               settings: InferenceSettings = InferenceSettings(), progress: bool = False) -> OrderResult:
+               settings: InferenceSettings = InferenceSettings(), progress: bool = False,
+               extra: dict | None = None) -> OrderResult:
     """Runs the schedule on ``graph`` for ``budget_s`` seconds (a finite number > 0).
     ``make_player(graph, scale, ev, encode=True)`` returns a
     :class:`alphagrad.player.Player` (or None: no network, the baselines and annealing
-    only; ``encode=False`` is the warm-up of :func:`compile_kernels`). Ctrl-C returns the
-    best complete order so far, with a warning."""
+    only; ``encode=False`` is the warm-up of :func:`compile_kernels`); ``extra``: orders
+    found before, ``{stage: order}`` (None entries skipped), competing from the start.
+    Ctrl-C returns the best complete order so far, with a warning."""
     budget_s = check_budget(budget_s)
     seed = check_seed(seed)
     if not isinstance(settings, InferenceSettings):
         raise TypeError(f"settings must be an alphagrad.inference.InferenceSettings, not {type(settings).__name__}")
-    return Schedule(graph, make_player, budget_s, seed, settings, progress).run()
+    return Schedule(graph, make_player, budget_s, seed, settings, progress, extra).run()

@@ -17,6 +17,7 @@ One transformer for all graphs, cheap per move (:mod:`alphagrad.player` plays it
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -215,3 +216,20 @@ def policy_loss(net: PolicyNet, params, batch: dict, value_weight: float = 0.25,
     return policy + regret_weight * regret + value_weight * value_loss + reinforce_weight * reinforce, {
         "policy_loss": policy, "excess": excess, "value_loss": value_loss, "accuracy": accuracy,
         "regret": regret, "greedy_regret": greedy_regret, "reinforce": reinforce}
+
+
+@functools.lru_cache(maxsize=None)
+def update_fn(net: PolicyNet, value_weight: float, regret_weight: float, reinforce_weight: float, tx):
+    """The jitted update ``(params, opt_state, batch) -> (params, opt_state, metrics)``:
+    one step of the optax transformation ``tx`` on :func:`policy_loss`; the supervised
+    trainer, self-play and the per-graph fine-tune (:mod:`alphagrad.selfplay`) all run it."""
+    import optax  # training only
+
+    @jax.jit
+    def update(params, opt_state, batch):
+        (loss, aux), grads = jax.value_and_grad(functools.partial(policy_loss, net), has_aux=True)(
+            params, batch, value_weight, regret_weight, reinforce_weight)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, {"loss": loss, **aux}
+
+    return update

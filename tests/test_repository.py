@@ -152,7 +152,7 @@ LAYERS = (
     ("alphagrad.engine", "alphagrad.orders", "alphagrad.features"),
     ("alphagrad.scoring", "alphagrad.player", "alphagrad.observe"),
     ("alphagrad.anneal", "alphagrad.search", "alphagrad.hub.format"),
-    ("alphagrad.baselines", "alphagrad.inference", "alphagrad.interpreter", "alphagrad.hub.card"),
+    ("alphagrad.baselines", "alphagrad.inference", "alphagrad.interpreter", "alphagrad.hub.card", "alphagrad.selfplay"),
     ("alphagrad.hub.files",),
     ("alphagrad.hub",),
     ("alphagrad.agent",),

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from alphagrad import engine
+from alphagrad import engine, selfplay
 from alphagrad.evaluator import Evaluator
 from train import __main__ as cli
 from train import config as C
@@ -41,7 +41,7 @@ def played():
     params = loop.init_params(config, jax.random.key(0))
     sp = config.selfplay
     mesh = SP.device_mesh(sp)
-    play = SP.selfplay_fn(net, mesh, sp.simulations, sp.max_considered, sp.gumbel_scale, sp.states_per_game)
+    play = selfplay.selfplay_fn(net, mesh, sp.simulations, sp.max_considered, sp.gumbel_scale, sp.states_per_game)
     idx = np.arange(sp.games) % len(pool)  # the batch, and its placement, the runs below play: one compile
     out = play(SP.replicate(params, mesh), jax.random.key(1), *SP.shard(pool.take(idx), mesh))
     return pool, idx, jax.device_get(out)

@@ -22,7 +22,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -33,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from alphagrad.network import PolicyNet, policy_loss
+from alphagrad.network import PolicyNet, policy_loss, update_fn
 from alphagrad.player import Player
 from train.config import ConfigError, TrainConfig
 from train.data import LabelledGraphs, batch_shape, epoch_batches, large_graphs, load_split, make_batch
@@ -102,21 +101,6 @@ def optimizer(config: TrainConfig):
                                                   end_value=0.1 * config.learning_rate)
     return optax.chain(optax.clip_by_global_norm(config.grad_clip),
                        optax.adamw(schedule, weight_decay=config.weight_decay))
-
-
-@functools.lru_cache(maxsize=None)
-def update_fn(net, value_weight: float, regret_weight: float, reinforce_weight: float, tx):
-    """The jitted update ``(params, opt_state, batch) -> (params, opt_state, metrics)``
-    (also what a per-graph fine-tune would reuse)."""
-
-    @jax.jit
-    def update(params, opt_state, batch):
-        (loss, aux), grads = jax.value_and_grad(functools.partial(policy_loss, net), has_aux=True)(
-            params, batch, value_weight, regret_weight, reinforce_weight)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, {"loss": loss, **aux}
-
-    return update
 
 
 @functools.lru_cache(maxsize=None)

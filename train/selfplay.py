@@ -10,7 +10,7 @@ multiplications over the graph's scale (the best baseline's cost), the value min
 scaled cost still to come. Each game leaves ``states_per_game`` of its states in a replay
 buffer: the search's improved policy (mctx's ``action_weights``) as the policy target and
 the scaled cost the game then really spent as the value target; the updates (the
-supervised trainer's, :func:`train.loop.update_fn`) draw batches of games from it.
+supervised trainer's, :func:`alphagrad.network.update_fn`) draw batches of games from it.
 
 The batch axis is split over the devices (``jax.sharding``: a mesh over
 ``jax.devices()``, the parameters replicated), so a slice of more chips runs the same
@@ -31,25 +31,19 @@ import time
 import warnings
 
 import jax
-import jax.numpy as jnp
-import mctx
 import numpy as np
-from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from alphagrad import engine, observe, search
+from alphagrad import engine, observe, selfplay
 from alphagrad.evaluator import Evaluator
-from alphagrad.features import ENCODER_ARGS, NUM_DYNAMIC, dynamic_features, graph_inputs, pad_inputs, padded
-from alphagrad.network import PolicyNet
+from alphagrad.features import ENCODER_ARGS, graph_inputs, pad_inputs, padded
+from alphagrad.network import update_fn
 from alphagrad.scoring import best_baseline
 from data_gen import random_programs as rp
 from train import loop
 from train.config import ConfigError, SelfPlayConfig, TrainConfig
 
 log = logging.getLogger("train")
-
-#: What the replay buffer keeps of each recorded state ([replay, states_per_game, ...]).
-STATE_KEYS = ("dynamic", "legal", "target", "value", "progress", "weight")
 
 
 # ----------------------------------------------------------------------------------
@@ -164,80 +158,6 @@ def graph_pool(config: TrainConfig) -> Pool:
 # Self-play
 
 
-@struct.dataclass
-class Played:
-    """A batch of games: the recorded states (``[B, K, ...]``, ``weight`` 0 on slots of a
-    game shorter than ``K`` moves), the move each was recorded before (``at``), and every
-    move (``[V, B]``; ``actions`` -1 after a game ended)."""
-
-    dynamic: jax.Array
-    legal: jax.Array
-    target: jax.Array
-    value: jax.Array
-    progress: jax.Array
-    weight: jax.Array
-    at: jax.Array
-    actions: jax.Array
-    mults: jax.Array
-    total: jax.Array
-
-
-@functools.lru_cache(maxsize=None)
-def selfplay_fn(net, mesh: Mesh, simulations: int, max_considered: int, gumbel_scale: float, states: int):
-    """The jitted ``(params, key, inputs [B], games [B], scale [B]) -> Played``: whole
-    games, one Gumbel MuZero search per move, ``states`` recorded states a game. Each
-    device of ``mesh`` plays its share of the batch on its own (``shard_map``: no
-    communication; its games' randomness from ``key`` and its index)."""
-    recurrent_fn = search.make_network_recurrent_fn(net)
-
-    def run(params, key, inputs, game, scale):
-        B, V = game.state.eliminable.shape
-        key = jax.random.fold_in(key, jax.lax.axis_index("batch"))
-        h = jax.vmap(lambda *a: net.apply(params, *a, method=PolicyNet.encode))(*(inputs[k] for k in ENCODER_ARGS))
-        static = search.split_game(game)[1]
-        key, sub = jax.random.split(key)
-        n = game.state.eliminable.sum(-1)
-        order = jnp.where(jnp.arange(V) < n[:, None], jax.random.uniform(sub, (B, V)), 2.0)
-        at = jnp.argsort(order, -1)[:, :states].astype(jnp.int32)  # distinct moves of each game
-        rec = {"dynamic": jnp.zeros((B, states, V, NUM_DYNAMIC)), "legal": jnp.zeros((B, states, V), bool),
-               "target": jnp.zeros((B, states, V)), "before": jnp.zeros((B, states)),
-               "progress": jnp.zeros((B, states))}
-        moves = {"actions": jnp.full((V, B), -1, jnp.int32), "mults": jnp.zeros((V, B))}
-
-        def body(carry):
-            t, game, key, rec, moves = carry
-            key, sub = jax.random.split(key)
-            root, raw = search.network_root(net, params, h, game, scale)
-            legal = game.state.eliminable
-            out = mctx.gumbel_muzero_policy((params, h, static, scale), sub, root, recurrent_fn,
-                                            num_simulations=simulations, invalid_actions=~legal,
-                                            max_num_considered_actions=max_considered, gumbel_scale=gumbel_scale)
-            active = legal.any(-1)
-            hit = (at == t) & active[:, None]
-            now = {"dynamic": jax.vmap(lambda r, s: dynamic_features(r, jnp.maximum(s, 1.0), jnp))(raw, scale),
-                   "legal": legal, "target": out.action_weights, "before": game.state.mults,
-                   "progress": jax.vmap(observe.progress)(game)}
-            rec = {k: jnp.where(hit.reshape(hit.shape + (1,) * (v.ndim - 2)), now[k][:, None], v)
-                   for k, v in rec.items()}
-            game, mults = jax.vmap(observe.play)(game, out.action)
-            moves = {"actions": moves["actions"].at[t].set(jnp.where(active, out.action, -1)),
-                     "mults": moves["mults"].at[t].set(mults)}
-            return t + 1, game, key, rec, moves
-
-        cond = lambda carry: (carry[0] < V) & carry[1].state.eliminable.any()
-        _, game, _, rec, moves = jax.lax.while_loop(cond, body, (0, game, key, rec, moves))
-        weight = (at < n[:, None]).astype(jnp.float32)
-        total = game.state.mults
-        value = (total[:, None] - rec["before"]) / scale[:, None] * weight
-        return Played(dynamic=rec["dynamic"], legal=rec["legal"], target=rec["target"] * rec["legal"], value=value,
-                      progress=rec["progress"], weight=weight, at=at, total=total, **moves)
-
-    rows, moves = PartitionSpec("batch"), PartitionSpec(None, "batch")
-    out = Played(**{f.name: moves if f.name in ("actions", "mults") else rows for f in dataclasses.fields(Played)})
-    return jax.jit(jax.shard_map(run, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(), rows, rows, rows),
-                                 out_specs=out, check_vma=False))
-
-
 # ----------------------------------------------------------------------------------
 # Devices
 
@@ -270,34 +190,8 @@ def replicate(tree, mesh: Mesh):
 
 
 def new_replay(sp: SelfPlayConfig) -> dict:
-    """An empty replay buffer of ``sp.replay`` games: their graph's index in the pool, the
-    recorded states (:data:`STATE_KEYS`) and ``count``, the games ever added."""
-    R, K, V = sp.replay, sp.states_per_game, sp.vertices
-    return {"graph": np.zeros(R, np.int32), "dynamic": np.zeros((R, K, V, NUM_DYNAMIC), np.float32),
-            "legal": np.zeros((R, K, V), bool), "target": np.zeros((R, K, V), np.float32),
-            **{k: np.zeros((R, K), np.float32) for k in ("value", "progress", "weight")},
-            "count": np.zeros((), np.int64)}
-
-
-def add_games(replay: dict, graphs, played: Played) -> None:
-    """Adds a batch of games (in place), over the oldest once the buffer is full."""
-    R = replay["graph"].shape[0]
-    at = (int(replay["count"]) + np.arange(len(graphs))) % R
-    replay["graph"][at] = graphs
-    for k in STATE_KEYS:
-        replay[k][at] = np.asarray(getattr(played, k))
-    replay["count"] = np.asarray(int(replay["count"]) + len(graphs), np.int64)
-
-
-def replay_batch(replay: dict, pool: Pool, rng, games: int) -> dict:
-    """An update's batch (:func:`alphagrad.network.policy_loss`'s arrays): ``games``
-    distinct games of the buffer, each with its graph's encoder inputs."""
-    filled = min(int(replay["count"]), replay["graph"].shape[0])
-    idx = np.sort(rng.choice(filled, games, replace=False))
-    batch = {k: pool.inputs[k][replay["graph"][idx]] for k in ENCODER_ARGS}
-    batch.update({k: replay[k][idx] for k in STATE_KEYS})
-    batch["regret"] = np.zeros_like(batch["target"])
-    return batch
+    """An empty replay buffer of ``sp.replay`` games (:func:`alphagrad.selfplay.new_replay`)."""
+    return selfplay.new_replay(sp.replay, sp.states_per_game, sp.vertices)
 
 
 # ----------------------------------------------------------------------------------
@@ -324,7 +218,7 @@ def _open_run(config: TrainConfig, workdir: str, resume: bool) -> None:
 @functools.lru_cache(maxsize=None)
 def _optimizer(config: TrainConfig):
     """The run's optimiser (its schedule over every update), one object per config so that
-    the compiled update (:func:`train.loop.update_fn`) is reused within a process."""
+    the compiled update (:func:`alphagrad.network.update_fn`) is reused within a process."""
     return loop.optimizer(dataclasses.replace(config, steps=config.steps * config.selfplay.updates_per_step))
 
 
@@ -355,7 +249,7 @@ def _step(config: TrainConfig, step: int, state: dict, pool: Pool, mesh: Mesh, f
     played = jax.device_get(play(state["params"], jax.random.fold_in(jax.random.key(config.seed), step),
                                  *shard(pool.take(picks), mesh)))
     seconds = time.perf_counter() - t
-    add_games(state["replay"], picks.astype(np.int32), played)
+    selfplay.add_games(state["replay"], picks.astype(np.int32), played)
     moves = int((played.actions >= 0).sum())
     real = pool.baseline[picks] > 0
     out = {"games_per_s": sp.games / seconds, "simulations_per_s": moves * sp.simulations / seconds,
@@ -364,7 +258,7 @@ def _step(config: TrainConfig, step: int, state: dict, pool: Pool, mesh: Mesh, f
     for _ in range(sp.updates_per_step):
         if min(int(state["replay"]["count"]), sp.replay) < sp.batch_games:
             break
-        batch = shard(replay_batch(state["replay"], pool, rng, sp.batch_games), mesh)
+        batch = shard(selfplay.replay_batch(state["replay"], pool.inputs, rng, sp.batch_games), mesh)
         state["params"], state["opt_state"], aux = update(state["params"], state["opt_state"], batch)
         if config.ema_decay:
             state["ema"] = average(state["ema"], state["params"])
@@ -390,8 +284,8 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
     replay = state.pop("replay")
     state = replicate(state, mesh)
     state["replay"] = replay
-    fns = (selfplay_fn(net, mesh, sp.simulations, sp.max_considered, sp.gumbel_scale, sp.states_per_game),
-           loop.update_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight, tx),
+    fns = (selfplay.selfplay_fn(net, mesh, sp.simulations, sp.max_considered, sp.gumbel_scale, sp.states_per_game),
+           update_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight, tx),
            loop.ema_fn(config.ema_decay))
     metrics_out = loop.Metrics(workdir, step, tensorboard)
     log.info("self-play on %d %s device(s): %d games a step, %d simulations a move, %d vertices",
