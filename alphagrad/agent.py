@@ -159,14 +159,15 @@ class Agent(hub.AgentHubMixin):
             make_player = lambda *a, **k: None  # noqa: E731
             finetune_s = None
         extra, tuned = {}, None
-        if finetune_s is not None:
+        if finetune_s is not None and graph.intermediates:  # else nothing to play
             tuned = self.finetune(graph, seconds=finetune_s, seed=seed)
             make_player, extra = tuned.player, {"fine-tune self-play": tuned.finetuned.order}
         result = find_order(graph, make_player, budget_s, int(seed), settings, bool(progress), extra)
         if tuned is not None:
             t = tuned.finetuned
             result.finetune = {"seconds": t.seconds, "compile_seconds": t.compile_seconds, "games": t.games,
-                               "updates": t.updates, "cost": t.cost}
+                               "updates": t.updates, "cost": t.cost, "greedy_before": t.greedy_before,
+                               "greedy_cost": t.greedy_cost}
         self._cache[key] = result
         return result
 

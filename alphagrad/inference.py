@@ -117,7 +117,8 @@ class OrderResult:
       history: ``(seconds, cost, stage)`` each time the best improved.
       fingerprint: the graph's fingerprint (orders are checked against it).
       finetune: with ``finetune_s``, what the fine-tune did (seconds, compile_seconds,
-        games, updates, and the cost of the cheapest order its games played).
+        games, updates, the cost of the cheapest order it played, and of the network's
+        greedy order before and after: ``greedy_before``, ``greedy_cost``).
     """
 
     order: list
@@ -150,9 +151,9 @@ class OrderResult:
                     f"+ {self.compile_seconds:.1f} s compiling")
         if self.finetune:
             t = self.finetune
-            best = "no order" if t["cost"] is None else f"cheapest game {t['cost']:,}"
             rows.append(f"fine-tune: {t['games']} self-play games, {t['updates']} updates in {t['seconds']:.1f} s "
-                        f"+ {t['compile_seconds']:.1f} s compiling; {best}")
+                        f"+ {t['compile_seconds']:.1f} s compiling; greedy order {t['greedy_before']:,} -> "
+                        f"{t['greedy_cost']:,}, cheapest played {t['cost']:,}")
         return "\n".join(rows)
 
 

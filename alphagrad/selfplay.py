@@ -35,6 +35,7 @@ from alphagrad.evaluator import Evaluator
 from alphagrad.features import ENCODER_ARGS, NUM_DYNAMIC, dynamic_features, graph_inputs, pad_inputs, padded
 from alphagrad.graph import Graph
 from alphagrad.network import PolicyNet, update_fn
+from alphagrad.player import Player
 from alphagrad.scoring import best_baseline
 
 #: What the replay buffer keeps of each recorded state ([replay, states_per_game, ...]).
@@ -231,18 +232,26 @@ class Finetuned:
     """What :func:`finetune` returns.
 
     Attributes:
-      params: the adapted weights (a new pytree; the given ones are unchanged).
-      order, cost: the cheapest order the self-play games played, and its
-        multiplications (``exact``); None for a graph without intermediates.
+      params: the adapted weights (a new pytree; the given ones are unchanged): of the
+        weights after each step, those whose greedy order costs least (the given ones if
+        none is cheaper than theirs), so a fine-tune never makes the greedy order dearer.
+      order, cost: the cheapest order played (the self-play games and the greedy orders
+        after each step), and its multiplications (``exact``); None for a graph without
+        intermediates.
+      greedy_before, greedy_cost: the cost of the greedy order of the given weights and
+        of the returned ones.
       steps, games, updates: what was done.
       seconds: wall time of the self-play and updates; compile_seconds: compiling
         them first (once per padded size and settings in a process).
-      history: ``(seconds, mean cost of the step's games / best baseline)`` per step.
+      history: ``(seconds, mean cost of the step's games, cost of the greedy order after
+        the step)`` per step, costs over the best baseline's.
     """
 
     params: dict
     order: list | None
     cost: int | None
+    greedy_before: int | None
+    greedy_cost: int | None
     steps: int
     games: int
     updates: int
@@ -295,8 +304,10 @@ def finetune(net: PolicyNet, params, graph: Graph, seconds: float, seed: int = 0
 
     Each step plays ``settings.games`` games of the graph with Gumbel MuZero (the network
     as prior), adds them to a replay buffer and makes ``updates_per_step`` Adam updates
-    towards the search's policy and the realised cost to go; it stops at the first step
-    that ends past ``seconds`` (compiling excluded, reported as ``compile_seconds``).
+    towards the search's policy and the realised cost to go, then plays the network's
+    greedy order; it stops at the first step that ends past ``seconds`` (compiling
+    excluded, reported as ``compile_seconds``) and returns the weights whose greedy order
+    was cheapest (the given ones included).
     Everything random derives from ``seed``.
 
     Raises:
@@ -316,7 +327,7 @@ def finetune(net: PolicyNet, params, graph: Graph, seconds: float, seed: int = 0
             f"and the JAX game's); leave finetune_s out to order it without a fine-tune")
     t_compile = time.perf_counter()
     if not graph.intermediates:
-        return Finetuned(params, None, None, 0, 0, 0, 0.0, 0.0, [])
+        return Finetuned(params, None, None, None, None, 0, 0, 0, 0.0, 0.0, [])
     ev = Evaluator(graph, "exact")
     baseline = best_baseline(graph, "exact", ev)
     scale = float(max(baseline, 1))
@@ -338,15 +349,21 @@ def finetune(net: PolicyNet, params, graph: Graph, seconds: float, seed: int = 0
     example = replay_batch({**replay, "count": np.asarray(s.batch_games)}, inputs, np.random.default_rng(0),
                            s.batch_games)
     play, update = _compiled(net, s, tx, (params, key, *batch), (params, opt_state, example))
-    compile_s = time.perf_counter() - t_compile
 
+    def greedy(params) -> tuple[int, list]:
+        order = Player(net, params, graph, scale, ev).play()
+        return int(ev.cost(order)), order
+
+    greedy_before = kept = greedy(params)  # compiles the player too
+    kept_params = params
+    compile_s = time.perf_counter() - t_compile
     t0 = time.perf_counter()
-    best, history, steps, updates = None, [], 0, 0
+    best, history, steps, updates = (*kept, None), [], 0, 0
     while time.perf_counter() - t0 < seconds and (s.max_steps is None or steps < s.max_steps):
         played = jax.device_get(play(params, jax.random.fold_in(key, steps), *batch))
         for b, order in enumerate(played_orders(played)):
             cost = ev.cost(order)
-            if best is None or cost < best[0]:
+            if best[2] is None or cost < best[0]:
                 best = (int(cost), order, played.replace(**{k: getattr(played, k)[b:b + 1] for k in STATE_KEYS}))
         add_games(replay, np.zeros(G, np.int32), played)
         if s.replay_best:  # self-imitation: the cheapest game so far, once more each step
@@ -357,6 +374,11 @@ def finetune(net: PolicyNet, params, graph: Graph, seconds: float, seed: int = 0
             params, opt_state, _ = update(params, opt_state, replay_batch(replay, inputs, rng, s.batch_games))
             updates += 1
         steps += 1
-        history.append((round(time.perf_counter() - t0, 3), float(np.mean(played.total)) / scale))
-    return Finetuned(params, best[1] if best else None, best[0] if best else None, steps, steps * G, updates,
+        now = greedy(params)
+        if now[0] < kept[0]:  # the weights whose greedy order is cheapest so far
+            kept, kept_params = now, params
+        if now[0] < best[0]:
+            best = (*now, best[2])
+        history.append((round(time.perf_counter() - t0, 3), float(np.mean(played.total)) / scale, now[0] / scale))
+    return Finetuned(kept_params, best[1], best[0], greedy_before[0], kept[0], steps, steps * G, updates,
                      round(time.perf_counter() - t0, 3), round(compile_s, 3), history)
