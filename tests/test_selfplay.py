@@ -98,6 +98,8 @@ def test_a_moved_run_resumes_bit_for_bit(tmp_path):
             np.testing.assert_array_equal(a, b)
     assert int(whole["replay"]["count"]) == config.steps * config.selfplay.games
     assert os.path.isfile(os.path.join(moved, "model", "model.safetensors"))
+    assert os.path.isfile(os.path.join(moved, "best_model", "model.safetensors"))
+    assert "val_random_ratio" in whole and whole["val_ratio"] == whole["val_random_ratio"] > 0
 
 
 def test_a_run_out_of_time_stops_with_a_checkpoint_and_resumes(tmp_path):
@@ -133,6 +135,7 @@ def test_the_alphazero_configs_load():
     ("selfplay.families", ["random", "nonsense"], None),
     ("selfplay.convention", "time", "selfplay.convention must be exact or published"),
     ("mode", "alphago", "mode must be supervised or selfplay"),
+    ("selfplay.validation_graphs", -1, "selfplay.validation_graphs must be >= 0"),
 ])
 def test_bad_settings_are_clear_errors(key, value, message):
     config = tiny(**{key: value})
@@ -142,6 +145,32 @@ def test_bad_settings_are_clear_errors(key, value, message):
         return
     with pytest.raises(C.ConfigError, match=message.replace("(", "\\(")):
         config.validate()
+
+
+def test_validation_families_must_be_held_out_of_the_pool():
+    config = tiny(**{"selfplay.families": ["random", "published"], "selfplay.validation": ["published"]})
+    with pytest.raises(C.ConfigError, match="selfplay.validation \\['published'\\] also in selfplay.families"):
+        config.validate()
+
+
+def test_validation_graphs_are_held_out_of_the_pool_and_scored_by_the_greedy_order():
+    import alphagrad as ag
+    from alphagrad.player import Player
+
+    config = tiny(**{"selfplay.validation": ["published"], "selfplay.validation_graphs": 3})
+    pool = SP.graph_pool(config)
+    val = SP.validation_set(config, pool)
+    names = [r[0] for r in val.rows]
+    assert [r[4] for r in val.rows].count(True) == 3 and {"RoeFlux_1d", "MLP"} <= set(names)
+    assert not {r[1].fingerprint for r in val.rows} & {g.fingerprint for g in pool.graphs}
+    net = loop.network(config)
+    params = loop.init_params(config, jax.random.key(0))
+    got = val.ratios(net, params)
+    ratios = [r[2].cost(Player(net, params, r[1], r[3], r[2]).play()) / r[3] for r in val.rows]
+    np.testing.assert_allclose(got["val_ratio"], np.exp(np.mean(np.log(ratios))), rtol=1e-12)
+    np.testing.assert_allclose(got["val_random_ratio"], np.exp(np.mean(np.log(ratios[-3:]))), rtol=1e-12)
+    with pytest.raises(C.ConfigError, match="selfplay.validation names \\['nonsense'\\]"):
+        SP.validation_set(tiny(**{"selfplay.validation": ["nonsense"]}), pool)
 
 
 def test_a_graph_over_the_game_size_is_a_clear_error():

@@ -92,6 +92,11 @@ class SelfPlayConfig:
         programs) and the example zoo's families (``published``, ``minpack``, ...).
       random_ops: the smallest and largest operation count of a random program.
       graphs: random programs in the pool (next to every zoo graph of ``families`` that fits).
+      validation: zoo families whose graphs validate the network (its greedy order's cost
+        over the best baseline's, ``val_ratio``, every ``eval_every`` steps; the best
+        model so far goes to ``WORKDIR/best_model``); they must not be in ``families``.
+      validation_graphs: random programs (drawn from their own seed, none in the pool)
+        validating beside them (``val_random_ratio``).
       devices: devices the batch is split over (``jax.sharding``); 0: all there are.
       convention: the cost the reward counts (:func:`alphagrad.cost`'s multiplications,
         ``exact`` or ``published``; the modelled ``time`` is not in the JAX game yet).
@@ -110,6 +115,8 @@ class SelfPlayConfig:
     families: tuple = ("random",)
     random_ops: tuple = (20, 60)
     graphs: int = 64
+    validation: tuple = ("published",)
+    validation_graphs: int = 8
     devices: int = 0
     convention: str = "exact"
 
@@ -121,8 +128,14 @@ class SelfPlayConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"selfplay.{f.name} must be a finite number, got {value}")
-            if isinstance(value, int) and f.name != "devices" and not value > 0:
+            if isinstance(value, int) and f.name not in ("devices", "validation_graphs") and not value > 0:
                 raise ConfigError(f"selfplay.{f.name} must be positive, got {value}")
+        overlap = sorted(set(self.validation) & set(self.families) - {"random"})
+        if overlap:
+            raise ConfigError(f"selfplay.validation {overlap} also in selfplay.families: validation graphs must be "
+                              f"held out of the pool; remove them from one of the two")
+        if self.validation_graphs < 0:
+            raise ConfigError(f"selfplay.validation_graphs must be >= 0, got {self.validation_graphs}")
         if self.devices < 0 or self.gumbel_scale < 0:
             raise ConfigError(f"selfplay.devices (0: all) and selfplay.gumbel_scale must be >= 0, got "
                               f"{self.devices} and {self.gumbel_scale}")
@@ -328,7 +341,8 @@ def _convert(cls, data, where: str):
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
-        kwargs[name] = _value(hints[name], value, where + name, empty_ok=fields[name].default == ())
+        kwargs[name] = _value(hints[name], value, where + name,
+                              empty_ok=fields[name].default == () or name == "validation")  # none: no zoo graphs
     return cls(**kwargs)
 
 
@@ -337,7 +351,7 @@ def _value(tp, value, key: str, empty_ok: bool = False):
     if dataclasses.is_dataclass(tp):
         return _convert(tp, value, key + ".")
     if tp is tuple or typing.get_origin(tp) is tuple:
-        kind = str if key.endswith(("labels", "paths", "families")) else int
+        kind = str if key.endswith(("labels", "paths", "families", "validation")) else int
         if not isinstance(value, (list, tuple)) or not (value or empty_ok) or not all(type(v) is kind for v in value):
             raise ConfigError(f"{key} must be a{'' if empty_ok else ' non-empty'} list of "
                               f"{'names' if kind is str else 'integers'}, got {value!r}")

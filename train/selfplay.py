@@ -96,22 +96,24 @@ def prepare(graph, sp: SelfPlayConfig) -> tuple:
     return graph_inputs(graph, ev, scale), jax.tree.map(np.asarray, game), scale, baseline
 
 
-def _candidates(sp: SelfPlayConfig, seed: int):
-    """``(name, graph)`` of the zoo's families in ``sp.families``, then random programs
-    (``random``) drawn from ``seed`` without end."""
+def _zoo(families, setting: str, extra=()) -> list:
+    """The zoo's examples of ``families``; a :class:`ConfigError` names unknown ones."""
     import alphagrad as ag
 
     zoo = ag.examples.all_examples()
-    known = {"random"} | {e.family for e in zoo}
-    unknown = sorted(set(sp.families) - known)
+    known = set(extra) | {e.family for e in zoo}
+    unknown = sorted(set(families) - known)
     if unknown:
-        raise ConfigError(f"selfplay.families names {unknown}; known: {sorted(known)}")
-    for e in zoo:
-        if e.family in sp.families:
-            yield e.name, ag.trace(e.fn, *e.args)
-    if "random" not in sp.families:
-        return
-    rng = np.random.default_rng([seed, 1])
+        raise ConfigError(f"{setting} names {unknown}; known: {sorted(known)}")
+    return [e for e in zoo if e.family in families]
+
+
+def _random_programs(sp: SelfPlayConfig, seed: int, stream: int):
+    """``(name, graph)`` of random programs of ``sp.random_ops`` operations drawn from
+    ``(seed, stream)`` without end (stream 1: the pool's, 2: validation's)."""
+    import alphagrad as ag
+
+    rng = np.random.default_rng([seed, stream])
     while True:
         spec = rp.ProgramSpec(num_inputs=int(rng.integers(1, 5)), num_outputs=int(rng.integers(1, 4)),
                               num_ops=int(rng.integers(sp.random_ops[0], sp.random_ops[1] + 1)), max_rank=2,
@@ -119,6 +121,68 @@ def _candidates(sp: SelfPlayConfig, seed: int):
         program_seed = int(rng.integers(2**31))
         f, args = rp.generate(spec, program_seed)
         yield f"random-{program_seed}", ag.trace(f, *args)
+
+
+def _candidates(sp: SelfPlayConfig, seed: int):
+    """``(name, graph)`` of the zoo's families in ``sp.families``, then random programs
+    (``random``) drawn from ``seed`` without end."""
+    import alphagrad as ag
+
+    for e in _zoo(sp.families, "selfplay.families", ("random",)):
+        yield e.name, ag.trace(e.fn, *e.args)
+    if "random" in sp.families:
+        yield from _random_programs(sp, seed, 1)
+
+
+@dataclasses.dataclass
+class Validation:
+    """The graphs that validate the network, none in the pool: ``(name, graph,
+    evaluator, scale, random)`` each (scale: the best baseline's cost, graphs whose best
+    baseline costs 0 left out: nothing to gain)."""
+
+    rows: list
+
+    def ratios(self, net, params) -> dict:
+        """``val_ratio``: geometric mean over every graph of the network's greedy order's
+        cost over the best baseline's; ``val_zoo_ratio`` and ``val_random_ratio``: the
+        same over the zoo's graphs and over the random programs (where there are any)."""
+        from alphagrad.player import Player
+
+        got = {True: [], False: []}
+        for _, graph, ev, scale, random in self.rows:
+            got[random].append(ev.cost(Player(net, params, graph, scale, ev).play()) / scale)
+        geomean = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
+        out = {"val_ratio": geomean(got[True] + got[False])} if self.rows else {}
+        out.update({name: geomean(got[k]) for name, k in (("val_zoo_ratio", False), ("val_random_ratio", True))
+                    if got[k]})
+        return out
+
+
+def validation_set(config: TrainConfig, pool: Pool) -> Validation:
+    """The zoo graphs of ``selfplay.validation`` and ``selfplay.validation_graphs`` random
+    programs of the pool's sizes from a stream of their own, any graph of the pool left out."""
+    import alphagrad as ag
+
+    sp = config.selfplay
+    seen = {g.fingerprint for g in pool.graphs}
+    graphs = [(e.name, ag.trace(e.fn, *e.args), False) for e in _zoo(sp.validation, "selfplay.validation")]
+    tries, programs = 0, _random_programs(sp, config.seed, 2)
+    while sum(r for *_, r in graphs) < sp.validation_graphs:
+        tries += 1
+        if tries > 20 * sp.validation_graphs:
+            raise ConfigError(f"random programs of {list(sp.random_ops)} operations rarely differ from the pool's; "
+                              f"lower selfplay.validation_graphs")
+        name, graph = next(programs)
+        if graph.fingerprint not in seen and graph.intermediates:
+            graphs.append((name, graph, True))
+    rows = []
+    for name, graph, random in graphs:
+        if graph.intermediates:
+            ev = Evaluator(graph, "exact")
+            baseline = best_baseline(graph, "exact", ev)
+            if baseline > 0:
+                rows.append((name, graph, ev, float(baseline), random))
+    return Validation(rows)
 
 
 def graph_pool(config: TrainConfig) -> Pool:
@@ -236,7 +300,7 @@ def _initial(config: TrainConfig, net, tx, manager, workdir: str, resume: bool) 
             return step, state, meta
     if config.init_from:
         template.update(loop.initial_state(config, loop.start_params(config, params), tx))
-    return 0, template, {"wall_s": 0.0, "games": 0, "window": []}
+    return 0, template, {"wall_s": 0.0, "games": 0, "window": [], "best_val_ratio": None}
 
 
 def _step(config: TrainConfig, step: int, state: dict, pool: Pool, mesh: Mesh, fns: tuple) -> dict:
@@ -288,6 +352,8 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
            update_fn(net, config.value_weight, config.regret_weight, config.reinforce_weight, tx),
            loop.ema_fn(config.ema_decay))
     metrics_out = loop.Metrics(workdir, step, tensorboard)
+    validation = validation_set(config, pool)
+    log.info("validation: %d graphs", len(validation.rows))
     log.info("self-play on %d %s device(s): %d games a step, %d simulations a move, %d vertices",
              mesh.size, mesh.devices.flat[0].platform, sp.games, sp.simulations, sp.vertices)
     t0, wall0, done_here, last, window = time.time(), meta["wall_s"], 0, {}, list(meta["window"])
@@ -301,11 +367,18 @@ def train(config: TrainConfig, workdir: str, resume: bool = False, *, stop_after
         if step % config.eval_every == 0 or step == config.steps or out_of_time:
             keys = set.intersection(*[set(w) for w in window])
             last = {k: float(np.mean([w[k] for w in window])) for k in keys}
+            model = jax.device_get(state.get("ema", state["params"]))
+            last.update(validation.ratios(net, model))
             last.update(wall_s=meta["wall_s"], games=meta["games"])
             window = []
             metrics_out.log(step, last)
-            loop.export_model(os.path.join(workdir, "model"), config, state.get("ema", state["params"]),
-                              {"step": step, "games": meta["games"], "wall_s": round(meta["wall_s"], 1)})
+            info = {"step": step, "games": meta["games"], "wall_s": round(meta["wall_s"], 1),
+                    **{k: round(v, 5) for k, v in last.items() if k.startswith("val_")}}
+            loop.export_model(os.path.join(workdir, "model"), config, model, info)
+            best = meta.get("best_val_ratio")
+            if "val_ratio" in last and (best is None or last["val_ratio"] <= best):  # ties: the newest
+                meta["best_val_ratio"] = last["val_ratio"]
+                loop.export_model(os.path.join(workdir, "best_model"), config, model, info)
         bar.update(1)
         if step % config.checkpoint_every == 0 or step == config.steps or out_of_time:
             meta["window"] = window
