@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alphagrad import rules as rl
+from alphagrad import time_model
 from alphagrad.checks import check_graph
 from alphagrad.graph import INTERMEDIATE, Graph
 
@@ -102,7 +103,9 @@ def encode(
 
     Args:
       graph: a traced graph.
-      convention: ``"exact"`` or ``"published"`` cost model (see :mod:`alphagrad.structure`).
+      convention: ``"exact"`` or ``"published"`` cost model (see :mod:`alphagrad.structure`),
+        or the time model (``"time"``, ``"time:PLATFORM"``: modelled picoseconds per
+        product, :mod:`alphagrad.time_model`, the evaluator's table in float32).
       num_vertices: pad to this many vertices (default: next multiple of 32).
       num_structures: pad the rule tables to this many structures (to batch graphs).
       max_vertices: the limit; larger graphs raise :class:`GraphTooLargeError`.
@@ -110,7 +113,7 @@ def encode(
         once and cached here).
     """
     check_graph(graph, "engine.encode")
-    rl.check_convention(convention)
+    rl.check_convention(convention, time=True)
     V = graph.num_vertices
     if V > max_vertices:
         raise GraphTooLargeError(
@@ -126,7 +129,8 @@ def encode(
         raise ValueError(f"num_structures={S} is smaller than the graph's {T.size} structures")
     # float32 of the exact counts: never wraps (an int32 table would past 2**31, which the
     # closure's unused products of a 40x40 matmul already exceed)
-    costs = T.float_cost[convention].astype(np.float32)
+    costs = (time_model.convention_table(T, convention) if time_model.is_time(convention)
+             else T.float_cost[convention]).astype(np.float32)
     edges = np.zeros((P, P), np.int32)
     for e in graph.edges:
         edges[e.src, e.dst] = T.index(e.structure)

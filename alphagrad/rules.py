@@ -48,8 +48,7 @@ COST_CAP = 2**62 - 1
 def check_convention(convention, time: bool = False) -> str:
     """Returns ``convention`` if it names a cost model, else raises ValueError saying which
     do; with ``time``, also the time model (``"time"`` or ``"time:PLATFORM"``, see
-    :mod:`alphagrad.time_model`), which the compiled evaluator counts but the JAX engine
-    does not."""
+    :mod:`alphagrad.time_model`)."""
     if time and isinstance(convention, str) and (convention == "time" or convention.startswith("time:")):
         return convention
     if not isinstance(convention, str) or convention not in st.CONVENTIONS:

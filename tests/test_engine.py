@@ -124,6 +124,13 @@ def test_jax_engine_and_compiled_evaluator_agree(name):
                               num_structures=max(512, engine.padded_size(engine.tables(g).size, 512)))
         _, per_step = _run_orders(state, jnp.asarray(orders, jnp.int32))
         assert [int(c) for c in np.asarray(per_step).sum(1)] == [ev.cost(o) for o in orders]
+    # the time model's picoseconds: the evaluator's int64 table, here in float32
+    ev = Evaluator(g, "time:cpu")
+    state = engine.encode(g, "time:cpu", num_vertices=max(192, engine.padded_size(g.num_vertices, 64)),
+                          num_structures=max(512, engine.padded_size(engine.tables(g).size, 512)))
+    _, per_step = _run_orders(state, jnp.asarray(orders, jnp.int32))
+    np.testing.assert_allclose(np.asarray(per_step, np.float64).sum(1), [ev.cost(o) for o in orders], rtol=1e-5)
+    assert len({ev.cost(o) for o in orders}) > 1
 
 
 def test_step_compiles_once_per_padded_size():

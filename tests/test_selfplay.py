@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from alphagrad import engine, selfplay
+from alphagrad import engine, orders, selfplay
 from alphagrad.evaluator import Evaluator
 from train import __main__ as cli
 from train import config as C
@@ -79,6 +79,25 @@ def test_value_targets_are_the_realised_scaled_costs_to_go(played):
             np.testing.assert_allclose(out.value[b, k], want, rtol=1e-6)
 
 
+def test_the_reward_can_count_the_time_model(played):
+    """selfplay.convention time:cpu: the games' costs are the time model's picoseconds
+    (the evaluator's, in float32), the scale the best baseline's modelled time."""
+    _, idx, _ = played
+    config = tiny(**{"selfplay.convention": "time:cpu"})
+    pool = SP.graph_pool(config)
+    net, sp = loop.network(config), config.selfplay
+    mesh = SP.device_mesh(sp)
+    play = selfplay.selfplay_fn(net, mesh, sp.simulations, sp.max_considered, sp.gumbel_scale, sp.states_per_game)
+    params = loop.init_params(config, jax.random.key(0))
+    out = jax.device_get(play(SP.replicate(params, mesh), jax.random.key(1), *SP.shard(pool.take(idx), mesh)))
+    for b, g in enumerate(idx):
+        ev = Evaluator(pool.graphs[g], "time:cpu")
+        order = [int(a) for a in out.actions[:, b] if a >= 0]
+        np.testing.assert_allclose(out.total[b], ev.cost(order), rtol=1e-5)
+        classic = orders.classic(pool.graphs[g], "time:cpu", ev)
+        assert pool.scale[g] == np.float32(min(ev.cost(o) for o in classic.values()))
+
+
 def _leaves(tree):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.device_get(tree))]
 
@@ -133,7 +152,7 @@ def test_the_alphazero_configs_load():
     ("selfplay.random_ops", [30, 10], "selfplay.random_ops"),
     ("selfplay.replay", 1, "holds fewer games than one update reads"),
     ("selfplay.families", ["random", "nonsense"], None),
-    ("selfplay.convention", "time", "selfplay.convention must be exact or published"),
+    ("selfplay.convention", "seconds", "selfplay.convention must be exact, published .* or time"),
     ("mode", "alphago", "mode must be supervised or selfplay"),
     ("selfplay.validation_graphs", -1, "selfplay.validation_graphs must be >= 0"),
 ])

@@ -98,8 +98,10 @@ class SelfPlayConfig:
       validation_graphs: random programs (drawn from their own seed, none in the pool)
         validating beside them (``val_random_ratio``).
       devices: devices the batch is split over (``jax.sharding``); 0: all there are.
-      convention: the cost the reward counts (:func:`alphagrad.cost`'s multiplications,
-        ``exact`` or ``published``; the modelled ``time`` is not in the JAX game yet).
+      convention: the cost the reward counts (:func:`alphagrad.cost`'s conventions:
+        multiplications, ``exact`` or ``published``, or the time model's modelled
+        seconds, ``time`` (this platform's) or ``time:PLATFORM``, e.g. ``time:cpu`` to
+        train on a TPU for the CPU's clock).
     """
 
     games: int = 8
@@ -142,9 +144,11 @@ class SelfPlayConfig:
         if self.vertices > MAX_VERTICES:
             raise ConfigError(f"selfplay.vertices={self.vertices} is over the game's padded limit of {MAX_VERTICES} "
                               f"vertices (its state is a dense vertices x vertices matrix); lower it")
-        if self.convention not in ("exact", "published"):
-            raise ConfigError(f"selfplay.convention must be exact or published (the JAX game counts "
-                              f"multiplications), got {self.convention!r}")
+        from alphagrad.time_model import is_time
+
+        if self.convention not in ("exact", "published") and not is_time(self.convention):
+            raise ConfigError(f"selfplay.convention must be exact, published (multiplications) or time / "
+                              f"time:PLATFORM (the time model's modelled seconds), got {self.convention!r}")
         if self.replay < self.batch_games:
             raise ConfigError(f"selfplay.replay={self.replay} holds fewer games than one update reads "
                               f"(selfplay.batch_games={self.batch_games})")

@@ -137,8 +137,8 @@ def _candidates(sp: SelfPlayConfig, seed: int):
 @dataclasses.dataclass
 class Validation:
     """The graphs that validate the network, none in the pool: ``(name, graph,
-    evaluator, scale, random)`` each (scale: the best baseline's cost, graphs whose best
-    baseline costs 0 left out: nothing to gain)."""
+    evaluator, scale, random)`` each (scale: the best baseline's cost in the convention
+    the reward counts, graphs whose best baseline costs 0 left out: nothing to gain)."""
 
     rows: list
 
@@ -178,8 +178,8 @@ def validation_set(config: TrainConfig, pool: Pool) -> Validation:
     rows = []
     for name, graph, random in graphs:
         if graph.intermediates:
-            ev = Evaluator(graph, "exact")
-            baseline = best_baseline(graph, "exact", ev)
+            ev = Evaluator(graph, sp.convention)  # the cost the reward counts
+            baseline = best_baseline(graph, sp.convention, ev)
             if baseline > 0:
                 rows.append((name, graph, ev, float(baseline), random))
     return Validation(rows)
