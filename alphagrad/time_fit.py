@@ -12,9 +12,11 @@ fit: a run that cannot measure raises :class:`FitError` and leaves it as it was)
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import os
+import re
 import time
 
 import numpy as np
@@ -25,6 +27,50 @@ from alphagrad import time_model as tm
 
 class FitError(RuntimeError):
     """The fit could not measure (no device, an order that fails to compile or run)."""
+
+
+_OPCODE = re.compile(r"(?<![\w.%\-])([a-z][a-z0-9\-]*)\(")
+#: Instructions that launch no kernel.
+FREE_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def hlo_counts(text: str) -> dict:
+    """Instruction counts of an optimised HLO module's text: ``instr`` (all), ``entry``
+    (those of the entry computation that launch work: its kernels, fusions counted once),
+    ``fusions``, ``dot`` (dots and convolutions), ``ops`` and ``entry_ops`` (per opcode)."""
+    ops = collections.Counter()
+    entry = collections.Counter()
+    in_entry = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("ENTRY"):
+            in_entry = True
+            continue
+        if stripped == "}":
+            in_entry = False
+            continue
+        if " = " not in stripped or stripped.startswith(("HloModule", "//")):
+            continue
+        m = _OPCODE.search(stripped.split(" = ", 1)[1])
+        if not m:
+            continue
+        ops[m.group(1)] += 1
+        if in_entry:
+            entry[m.group(1)] += 1
+    return {"instr": sum(ops.values()), "entry": sum(n for op, n in entry.items() if op not in FREE_OPS),
+            "fusions": ops["fusion"], "dot": ops["dot"] + ops["convolution"], "ops": ops, "entry_ops": entry}
+
+
+def program_features(compiled) -> dict:
+    """What XLA says of a compiled program: its entry kernels, fusions and instructions
+    (:func:`hlo_counts`) and its cost analysis (flops, transcendentals, bytes accessed),
+    the compiled program's own view of what a call does."""
+    counts = hlo_counts(compiled.as_text())
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if cost else {}) if isinstance(cost, list) else (cost or {})
+    return {"kernels": counts["entry"], "fusions": counts["fusions"], "instructions": counts["instr"],
+            **{k: float(cost.get(src, 0.0)) for k, src in (("flops", "flops"), ("transcendentals", "transcendentals"),
+                                                           ("bytes", "bytes accessed"))}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,12 +157,13 @@ def _batched(args, batch: int, seed: int):
     return tuple(jax.tree_util.tree_map(one, x) for x in args)
 
 
-def time_orders(fn, args, orders: dict, settings: FitSettings) -> dict:
-    """name -> ``(a, b)``: two median seconds of ``jax.jit(jax.vmap(J))`` per call at
-    ``settings.batch`` (``J`` the Jacobian of ``fn`` in every argument in each order), each
-    over ``settings.repeats`` rounds of round robin: two passes say how far the
-    measurement itself ranks the orders alike (on a loaded machine, barely, where the
-    orders are within noise).
+def time_orders(fn, args, orders: dict, settings: FitSettings) -> tuple[dict, dict]:
+    """``(times, programs)``: name -> ``(a, b)``, two median seconds of
+    ``jax.jit(jax.vmap(J))`` per call at ``settings.batch`` (``J`` the Jacobian of ``fn`` in
+    every argument in each order), each over ``settings.repeats`` rounds of round robin:
+    two passes say how far the measurement itself ranks the orders alike (on a loaded
+    machine, barely, where the orders are within noise); and name ->
+    :func:`program_features` of the compiled program.
 
     Raises:
       FitError: an order fails to compile or run."""
@@ -141,15 +188,17 @@ def time_orders(fn, args, orders: dict, settings: FitSettings) -> dict:
     timing = AutoSettings(repeats=settings.repeats, sample_s=settings.sample_s, timing_s=1e9, drop=1e9)
     try:
         a, b = (time_candidates(compiled, inputs, timing) for _ in range(2))
-        return {name: (a[name], b[name]) for name in compiled}
+        return ({name: (a[name], b[name]) for name in compiled},
+                {name: program_features(c) for name, c in compiled.items()})
     except Exception as e:  # noqa: BLE001
         raise FitError(f"cannot run a compiled Jacobian ({type(e).__name__}: {e})") from e
 
 
 def measure(settings: FitSettings, platform: str, log=print) -> list[dict]:
     """One row per program and order: ``program``, ``name`` and ``order``, ``seconds`` (the
-    mean of the two ``passes`` of :func:`time_orders`), ``mults`` (exact multiplications)
-    and ``features`` (the summed :data:`alphagrad.time_model.FEATURES`). Stops
+    mean of the two ``passes`` of :func:`time_orders`), ``mults`` (exact multiplications),
+    ``features`` (the summed :data:`alphagrad.time_model.FEATURES`) and ``xla``
+    (:func:`program_features` of its compiled program). Stops
     starting programs after ``settings.time_limit_s``.
 
     Raises:
@@ -178,12 +227,12 @@ def measure(settings: FitSettings, platform: str, log=print) -> list[dict]:
             ex = examples[name]
             graph = ag.trace(ex.fn, *ex.args)
             orders = candidate_orders(graph, settings, platform)
-            seconds = time_orders(ex.fn, ex.args, orders, settings)
+            seconds, programs = time_orders(ex.fn, ex.args, orders, settings)
             ev = Evaluator(graph)
             for oname, order in orders.items():
                 rows.append({"program": name, "name": oname, "order": order, "seconds": sum(seconds[oname]) / 2,
                              "passes": seconds[oname], "mults": ev.cost(order),
-                             "features": tm.order_features(graph, order).tolist()})
+                             "features": tm.order_features(graph, order).tolist(), "xla": programs[oname]})
             means = [sum(t) / 2 for t in seconds.values()]
             log(f"{name}: {len(orders)} orders, {min(means) * 1e3:.3f}-{max(means) * 1e3:.3f} ms "
                 f"({time.perf_counter() - t0:.0f} s)")

@@ -51,21 +51,49 @@ def _predict(rows, model) -> list:
     return [float(np.asarray(r["features"]) @ w) for r in rows]
 
 
+#: What XLA says of each compiled program (:func:`alphagrad.time_fit.program_features`)
+#: that the XLA model below weighs.
+XLA_FEATURES = ("kernels", "bytes", "flops", "transcendentals")
+
+
+def _xla_weights(rows) -> np.ndarray:
+    """Seconds per unit of :data:`XLA_FEATURES` (>= 0), fitted as the time model is
+    (:func:`alphagrad.time_model.fit`: relative error, a free intercept per program)."""
+    from scipy.optimize import lsq_linear
+
+    X = np.asarray([[r["xla"][k] for k in XLA_FEATURES] for r in rows], np.float64)
+    t = np.asarray([r["seconds"] for r in rows], np.float64)
+    names = sorted({r["program"] for r in rows})
+    G = np.asarray([[r["program"] == n for n in names] for r in rows], np.float64)
+    A = np.hstack([X, G]) / t[:, None]
+    scale = np.maximum(np.abs(A).max(axis=0), 1e-30)
+    lower = np.r_[np.zeros(X.shape[1]), np.full(len(names), -np.inf)]
+    return (lsq_linear(A / scale, np.ones(len(t)), bounds=(lower, np.inf), method="bvls").x / scale)[:X.shape[1]]
+
+
+def _xla_predict(rows, w) -> list:
+    return [float(np.asarray([r["xla"][k] for k in XLA_FEATURES]) @ w) for r in rows]
+
+
 def evaluate(rows: list, programs: list, platform: str, batch: int) -> tuple[list, object]:
     """Per program: the held-out, packaged and multiplication rank correlations; and the
     model fitted on every program."""
     from alphagrad import time_fit
 
     halves = [programs[0::2], programs[1::2]]
-    held = {}
+    held, xla_held = {}, {}
+    has_xla = all("xla" in r for r in rows)
     for k in (0, 1):
         train = [r for r in rows if r["program"] in halves[k]]
         if not train:
             continue
         model = time_fit.model_from(train, platform, batch)
+        w = _xla_weights(train) if has_xla else None
         for p in halves[1 - k]:
             mine = [r for r in rows if r["program"] == p]
             held[p] = _spearman(_predict(mine, model), [r["seconds"] for r in mine])
+            if has_xla:
+                xla_held[p] = _spearman(_xla_predict(mine, w), [r["seconds"] for r in mine])
     full = time_fit.model_from(rows, platform, batch)
     table = []
     for p in programs:
@@ -77,7 +105,10 @@ def evaluate(rows: list, programs: list, platform: str, batch: int) -> tuple[lis
                       "anneal_time_ratio": by_name["anneal@time"] / min(classic) if "anneal@time" in by_name else None,
                       "retest": _spearman(*zip(*[r["passes"] for r in mine])) if "passes" in mine[0] else None,
                       "heldout": held.get(p), "fitted": _spearman(_predict(mine, full), t),
-                      "mults": _spearman([r["mults"] for r in mine], t)})
+                      "mults": _spearman([r["mults"] for r in mine], t),
+                      "xla_heldout": xla_held.get(p),
+                      **{f"xla_{k}": _spearman([r["xla"][k] for r in mine], t) if has_xla else None
+                         for k in ("kernels", "bytes", "flops")}})
     return table, full
 
 
@@ -102,12 +133,19 @@ def markdown(env: dict, table: list, model) -> str:
         "fastest of forward, reverse, Markowitz and the order annealed under multiplications (all 0.3 s, seed 0)",
         f"- median rho: retest {fmt(_median(table, 'retest'))}, held-out {fmt(_median(table, 'heldout'))}, packaged {fmt(_median(table, 'fitted'))}, "
         f"multiplications {fmt(_median(table, 'mults'))}; programs with held-out rho >= 0.9: "
-        f"{sum(1 for r in table if (r['heldout'] or -1) >= 0.9)} of {len(table)}", "", "",
+        f"{sum(1 for r in table if (r['heldout'] or -1) >= 0.9)} of {len(table)}",
+        "- XLA's view of each compiled program (`alphagrad.time_fit.program_features`), for comparison: rho of its "
+        "entry kernels, bytes accessed and flops alone, and of a held-out model over them (kernels, bytes, flops, "
+        f"transcendentals; fitted like the time model): median held-out {fmt(_median(table, 'xla_heldout'))}, "
+        f"kernels {fmt(_median(table, 'xla_kernels'))}, bytes {fmt(_median(table, 'xla_bytes'))}, "
+        f"flops {fmt(_median(table, 'xla_flops'))}; programs with XLA held-out rho >= 0.9: "
+        f"{sum(1 for r in table if (r['xla_heldout'] or -1) >= 0.9)} of {len(table)}", "", "",
     ]
     rows = [[r["program"], r["orders"], f"{r['fastest_ms']:.3f}-{r['slowest_ms']:.3f}", fmt(r["retest"]),
-             fmt(r["heldout"]), fmt(r["fitted"]), fmt(r["mults"]), fmt(r["anneal_time_ratio"], 2)] for r in table]
+             fmt(r["heldout"]), fmt(r["fitted"]), fmt(r["mults"]), fmt(r["xla_heldout"]), fmt(r["xla_kernels"]),
+             fmt(r["xla_bytes"]), fmt(r["xla_flops"]), fmt(r["anneal_time_ratio"], 2)] for r in table]
     body = md_table(["program", "orders", "time ms", "rho retest", "rho held-out", "rho packaged", "rho mults",
-                     "anneal@time"], rows)
+                     "rho XLA held-out", "rho kernels", "rho bytes", "rho flops", "anneal@time"], rows)
     return "\n".join(lines) + body + "\n"
 
 

@@ -27,8 +27,6 @@ min(jacfwd, jacrev).
 from __future__ import annotations
 
 import argparse
-import collections
-import re
 
 import jax
 import jax.numpy as jnp
@@ -36,44 +34,9 @@ import jax.numpy as jnp
 import alphagrad as ag
 from alphagrad import baselines
 from alphagrad.interpreter import jacobian
+from alphagrad.time_fit import FREE_OPS as _FREE
+from alphagrad.time_fit import hlo_counts
 from eval.bench_jacobian import _batch, _median_times
-
-_OPCODE = re.compile(r"(?<![\w.%\-])([a-z][a-z0-9\-]*)\(")
-_FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"}
-
-
-def hlo_counts(text: str) -> dict:
-    """Instruction counts of an optimised HLO module's text (see the module doc)."""
-    ops = collections.Counter()
-    entry = collections.Counter()
-    in_entry = False
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("ENTRY"):
-            in_entry = True
-            continue
-        if stripped == "}":
-            in_entry = False
-            continue
-        if " = " not in stripped or stripped.startswith(("HloModule", "//")):
-            continue
-        rhs = stripped.split(" = ", 1)[1]
-        m = _OPCODE.search(rhs)
-        if not m:
-            continue
-        op = m.group(1)
-        ops[op] += 1
-        if in_entry:
-            entry[op] += 1
-    return {
-        "instr": sum(ops.values()),
-        "entry": sum(n for op, n in entry.items() if op not in _FREE),
-        "fusions": ops["fusion"],
-        "dot": ops["dot"] + ops["convolution"],
-        "ops": ops,
-        "entry_ops": entry,
-    }
-
 
 def _floor(fn, args, argnums):
     """A function with the output leaves of ``jax.jacrev(fn)`` and no work (see above)."""

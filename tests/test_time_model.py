@@ -107,7 +107,10 @@ def test_unknown_platform_warns_and_counts_multiplications(graph, tmp_path, monk
     with pytest.raises(ValueError, match="platform= is for convention='time'"):
         ag.cost(graph, "rev", platform="cpu")
     with pytest.raises(ValueError, match="unknown cost convention"):
-        engine.encode(graph, "time")  # the JAX engine counts multiplications only
+        engine.encode(graph, "seconds")
+    with pytest.warns(UserWarning, match="no time model is fitted for platform 'otherplatform'"):
+        state = engine.encode(graph, "time:otherplatform")  # the JAX game: the same fallback
+    np.testing.assert_allclose(np.asarray(state.cost), np.asarray(engine.encode(graph).cost) * 1e-9 * 1e12, rtol=1e-6)
 
 
 def test_packaged_cpu_model_loads(tmp_path, monkeypatch):
