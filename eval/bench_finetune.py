@@ -83,6 +83,11 @@ def markdown(report: dict) -> str:
     means = {c: float(np.exp(np.mean(np.log([r[c] for r in rows])))) for c in ratio}
     lines.append("| geometric mean | | " + " | ".join(f"**{means[c]:.4f}**" if c in ratio else "" for c in columns)
                  + " |")
+    anneal = next(c for c in columns if c.startswith("anneal @"))
+    near = lambda c: sum(r[c] <= 1.02 * r[anneal] for r in rows)  # noqa: E731
+    greedy = [c for c in columns if c.endswith(": greedy")]
+    lines += ["", f"Greedy order within 2% of {anneal}: before the fine-tune {near('greedy')} of {len(rows)} graphs"
+              + "".join(f"; after {c.split(':')[0][3:]} of fine-tune {near(c)}" for c in greedy) + "."]
     return "\n".join(lines)
 
 
