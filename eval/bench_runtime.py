@@ -17,7 +17,8 @@ a leading axis of every argument) of
 all with the same ``argnums`` (every argument) on the same inputs, in one process. Per
 method it records the compile time (``jit(...).lower(...).compile()``), the median time of
 the compiled call (``block_until_ready``) over ``--repeats`` rounds in which the methods
-take turns (round-robin, so that drifting load hits all alike), the executable's memory
+take turns (round-robin, so that drifting load hits all alike; each round in an order
+rotated by one; a sample repeats a fast call for ``SAMPLE_S``, on warm caches), the executable's memory
 (temp + output + argument bytes of ``memory_analysis()``; None where the backend does not
 say), the multiplications per sample (``alphagrad.cost``; None for JAX's own), the ratio of
 its time to min(jacfwd, jacrev), and whether its Jacobian equals jacrev's (max abs
@@ -404,21 +405,37 @@ def _warm_up_and_check(compiled: dict, rows: dict, inputs, platform: str) -> Non
         del out
 
 
-def _round_robin(compiled: dict, inputs, repeats: int, deadline: float, cheap_s: float = 1.0) -> dict:
-    """Seconds of each call, one call of every method in turn per round, for ``repeats``
-    rounds or until the next (as long as the last) would end past ``deadline``. Cheap
-    calls get three rounds even then (while the rounds so far took under ``cheap_s``):
-    a median of three, not one sample."""
+#: A timed sample repeats a call until it lasts this long (at most ``MAX_CALLS`` calls),
+#: so that a call is timed on warm caches, as a loop calling it runs; one call per sample
+#: let whichever method followed a large one pay for its cache misses (MLP at batch 256,
+#: 2 cores: the reverse order 1.44x jax.jacrev's time after jax.jacfwd's and the forward
+#: order, 1.01x side by side alone).
+SAMPLE_S, MAX_CALLS = 0.01, 1000
+
+
+def _round_robin(compiled: dict, inputs, repeats: int, deadline: float, first_call: dict,
+                 cheap_s: float = 1.0) -> dict:
+    """Seconds per call of each method: per round one sample of every method in turn, the
+    order rotated by one each round (each method follows every other alike), a sample
+    ``ceil(SAMPLE_S / first_call[method])`` calls in a row (at most ``MAX_CALLS``); for
+    ``repeats`` rounds or until the next (as long as the last) would end past
+    ``deadline``. Cheap calls get three rounds even then (while the rounds so far took
+    under ``cheap_s``): a median of three, not one sample."""
     import jax
 
-    times = {m: [] for m in compiled}
+    names = list(compiled)
+    calls = {m: max(1, min(MAX_CALLS, math.ceil(SAMPLE_S / max(first_call[m], 1e-9)))) for m in names}
+    times = {m: [] for m in names}
     first = time.perf_counter()
     for r in range(repeats):
         start = time.perf_counter()
-        for method, exe in compiled.items():
+        for method in names[r % len(names):] + names[:r % len(names)]:
+            exe, n = compiled[method], calls[method]
             t = time.perf_counter()
-            jax.block_until_ready(exe(*inputs))
-            times[method].append(time.perf_counter() - t)
+            for _ in range(n):
+                out = exe(*inputs)
+            jax.block_until_ready(out)
+            times[method].append((time.perf_counter() - t) / n)
         now = time.perf_counter()
         if now + (now - start) > deadline and (r >= 2 or now - first > cheap_s):
             break
@@ -449,7 +466,8 @@ def bench_batch(prog: _Program, batch: int, settings: Settings, device, deadline
     compiled = _compile_all(prog, rows, inputs, free, deadline)
     _warm_up_and_check(compiled, rows, inputs, device.platform)
     compiled = {m: compiled[m] for m in rows if m in compiled}  # table order, JAX's reference first
-    times = _round_robin(compiled, inputs, settings.repeats, deadline) if compiled else {}
+    first_call = {m: rows[m]["first_call_s"] for m in compiled}
+    times = _round_robin(compiled, inputs, settings.repeats, deadline, first_call) if compiled else {}
     for method, ts in times.items():
         rows[method].update(time_ms=statistics.median(ts) * 1e3, repeats=len(ts))
         prog.last[method] = (batch, statistics.median(ts), rows[method]["compile_s"])
@@ -537,7 +555,8 @@ def markdown(env: dict, rows: list) -> str:
              f"- command: `{env['command']}`"]
     if env["note"]:
         lines.append(f"- note: {env['note']}")
-    lines += [f"- per-sample Jacobians `jax.jit(jax.vmap(J))`, median of up to {s['repeats']} round-robin rounds; "
+    lines += [f"- per-sample Jacobians `jax.jit(jax.vmap(J))`, median of up to {s['repeats']} round-robin rounds "
+              f"(order rotated each round; a sample repeats a call for {SAMPLE_S * 1e3:g} ms, on warm caches); "
               f"annealing {s['anneal_s']:g} s, agent {s['agent_s']:g} s; time limit {s['time_limit_s']:g} s per "
               "program",
               "- ratio = time / min(jacfwd, jacrev) at the same program and batch; memory = temp + output + argument "
