@@ -160,7 +160,7 @@ class Agent(hub.AgentHubMixin):
             finetune_s = None
         extra, tuned = {}, None
         if finetune_s is not None and graph.intermediates:  # else nothing to play
-            tuned = self.finetune(graph, seconds=finetune_s, seed=seed)
+            tuned = self.finetune(graph, seconds=finetune_s, seed=seed, settings=settings.finetune)
             make_player, extra = tuned.player, {"fine-tune self-play": tuned.finetuned.order}
         result = find_order(graph, make_player, budget_s, int(seed), settings, bool(progress), extra)
         if tuned is not None:

@@ -72,6 +72,8 @@ class InferenceSettings:
         ``alphagrad.anneal.anneal(late=...)``: the chain whose best order is dearest takes
         one that costs less than :attr:`alphagrad.anneal.AnnealSettings.late_margin` of
         every chain's best); otherwise they only compete with annealing's result.
+      finetune: the :class:`alphagrad.selfplay.FinetuneSettings` of
+        ``Agent.order(..., finetune_s=S)`` (None: its defaults).
     """
 
     samples: int = 32
@@ -81,8 +83,11 @@ class InferenceSettings:
     opening_share: float = 0.5
     anneal: bool = True
     late_start: bool = True
+    finetune: object = None
 
     def __post_init__(self):
+        if self.finetune is not None and type(self.finetune).__name__ != "FinetuneSettings":
+            raise ValueError(f"finetune = {self.finetune!r} must be an alphagrad.selfplay.FinetuneSettings or None")
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
             raise ValueError(f"samples = {self.samples!r} must be an integer >= 0")
         if not isinstance(self.temperature, (int, float)) or not math.isfinite(self.temperature) \

@@ -71,12 +71,15 @@ def test_a_finetune_stops_when_its_time_is_up(agent, graph):
 
 
 def test_order_after_a_finetune_keeps_the_cheapest_and_says_what_was_done(agent, graph):
+    from alphagrad.inference import InferenceSettings
+
     plain = agent.order(graph, budget_s=0.3, progress=False)
-    r = agent.order(graph, budget_s=0.3, progress=False, finetune_s=0.2)
+    r = agent.order(graph, budget_s=0.3, progress=False, finetune_s=0.2,
+                    settings=InferenceSettings(finetune=FinetuneSettings(**{**SMALL.__dict__, "max_steps": None})))
     assert r is not plain  # cached apart
     assert set(r.finetune) == {"seconds", "compile_seconds", "games", "updates", "cost", "greedy_before",
                                "greedy_cost"}
-    assert r.finetune["games"] >= 8 and r.cost <= min(r.finetune["cost"], r.best_baseline)
+    assert r.finetune["games"] >= 2 and r.cost <= min(r.finetune["cost"], r.best_baseline)
     assert sorted(r.order) == sorted(graph.intermediates) and r.cost == ag.cost(graph, r.order)
     assert "fine-tune: " in str(r)
     assert plain.finetune is None and "fine-tune" not in str(plain)
@@ -123,8 +126,12 @@ def test_bad_finetune_settings(changes, message):
 
 
 def test_settings_of_the_wrong_kind(agent, graph):
+    from alphagrad.inference import InferenceSettings
+
     with pytest.raises(TypeError, match="settings must be an alphagrad.selfplay.FinetuneSettings"):
         agent.finetune(graph, seconds=1, settings={"games": 2})
+    with pytest.raises(ValueError, match="finetune = .* must be an alphagrad.selfplay.FinetuneSettings or None"):
+        InferenceSettings(finetune={"games": 2})
 
 
 def test_a_graph_over_the_games_size_is_a_clear_error(agent):
