@@ -390,8 +390,8 @@ def test_an_interrupted_anneal_returns_the_best_complete_order_so_far_with_a_war
         calls.clear()
         t0 = time.perf_counter()
         with pytest.warns(UserWarning, match="interrupted"):
-            order = baselines.anneal(g, budget_s=30.0, seed=0, start=start, threads=threads)
-        assert time.perf_counter() - t0 < 10  # the other chains stopped too
+            order = baselines.anneal(g, budget_s=60.0, seed=0, start=start, threads=threads)
+        assert time.perf_counter() - t0 < 30  # the other chains stopped too (a loaded machine took 12 s)
         assert len(calls) == 4
     assert sorted(order) == sorted(g.intermediates)
     assert ag.cost(g, order) <= ag.cost(g, start)
