@@ -899,15 +899,21 @@ def _to_dense(s: st.Structure, value=None):
 #: it iteration after iteration with the same pattern (:func:`_looped`): the primal steps
 #: of the repeating iterations as one scan (:func:`_primal_plan`), their eliminations as
 #: another (:func:`_loop_plan`), with the same products; else, and wherever a condition
-#: fails, the unrolled program. ``"large"``: in graphs of more than ``CHUNK_ABOVE``
-#: intermediates, which would otherwise run as chunks (an N-body RK4 of 150 steps, 10,498
-#: intermediates, forward order: one program compiled in 3.2 s, 19.5 ms a call, against
-#: chunks compiled in 68 s on 13 cores, 79 ms a call); ``"always"``; ``"never"``. Not
-#: always, since the unrolled program, slower to compile, runs faster at a batch:
-#: PendulumChain_RK4 (16 steps) forward order on 2 shared cores, compile 2.4 s against
-#: 6.7 s unrolled (jax.jacrev 1.0 s), 165 fusions against 775 (jacrev 49), but 21.8 ms a
-#: call at batch 256 against 17.2 ms unrolled (NBody_RK4 x12: 247 against 162 ms).
-LOOP_SCAN = "large"
+#: fails, the unrolled program. ``"reverse"`` (the default): loops whose iterations are
+#: eliminated last to first, as a reverse order does, in every graph; loops eliminated
+#: first to last only in graphs of more than ``CHUNK_ABOVE`` intermediates, which would
+#: otherwise run as chunks (an N-body RK4 of 150 steps, 10,498 intermediates, forward
+#: order: one program compiled in 3.2 s, 19.5 ms a call, against chunks compiled in 68 s
+#: on 13 cores, 79 ms a call). Measured side by side on 2 cores (reverse order, scan /
+#: unrolled / jax.jacrev): NeuralCA_Conv at batch 64 1.24 / 1.76 / 1.28 s a call, 291 /
+#: 1,394 / 280 MiB, compiled in 2.2 / 4.8 / 0.7 s; PendulumChain_RK4 at batch 1 0.58 /
+#: 0.89 / 0.56 ms, at 256 16.3 / 18.6 / 34.5 ms; NBodySolar_RK4 at 256 299 / 346 / 348
+#: ms, compiled in 2.6 / 9.5 / 1.0 s. A forward order's scan wins at batch 1 and on
+#: NeuralCA_Conv but loses at a batch (at 256, scan / unrolled: PendulumChain_RK4 21.2 /
+#: 15.0 ms, NBodySolar_RK4 280 / 189 ms), so small graphs keep it unrolled.
+#: ``"large"``: scans only in graphs of more than ``CHUNK_ABOVE`` intermediates;
+#: ``"always"``; ``"never"``.
+LOOP_SCAN = "reverse"
 #: Iterations per trip of the emitted scans' loops (``lax.scan``'s ``unroll``): 1, since
 #: 2 and 4 compiled 1.4x / 1.2x longer (PendulumChain_RK4 at batch 256) for calls within
 #: the noise (12.7 / 18.0 ms against 14.3 ms, medians of 30 interleaved calls).
@@ -1209,14 +1215,26 @@ class _Looped:
 
 def _looped(graph: Graph, order: Sequence[int]):
     """A :class:`_Looped` for ``order`` on ``graph``, or None where no loop runs as a scan."""
-    if LOOP_SCAN not in ("large", "always", "never"):
-        raise ValueError(f"interpreter.LOOP_SCAN must be 'large', 'always' or 'never', not {LOOP_SCAN!r}")
+    if LOOP_SCAN not in ("reverse", "large", "always", "never"):
+        raise ValueError(
+            f"interpreter.LOOP_SCAN must be 'reverse', 'large', 'always' or 'never', not {LOOP_SCAN!r}")
     if LOOP_SCAN == "never" or not graph.program.vertex_loops:
         return None
-    if LOOP_SCAN == "large" and len(graph.intermediates) <= CHUNK_ABOVE:
+    small = len(graph.intermediates) <= CHUNK_ABOVE
+    if LOOP_SCAN == "large" and small:
         return None
     plan = _loop_plan(graph, order)
+    if plan is not None and LOOP_SCAN == "reverse" and small:
+        chunks, remaining, loops = plan
+        loops = [loop for loop in loops if _backwards(graph, chunks, loop)]
+        plan = (chunks, remaining, loops) if loops else None
     return None if plan is None else _Looped(graph, plan)
+
+
+def _backwards(graph: Graph, chunks, loop: _Loop) -> bool:
+    """Whether ``loop``'s chunks eliminate its iterations last to first."""
+    label = lambda c: graph.program.vertex_loops[chunks[c].order[0]][0][1]  # noqa: E731 - the iteration
+    return label(loop.first + 1) < label(loop.first)
 
 
 class _Rows(dict):
