@@ -534,11 +534,13 @@ def local_value(eqn: Equation, argnum: int, outnum: int, s: st.Structure, operan
         return mask.astype(x.dtype)
 
     shape_in_only = tuple(sizes[v] for v in in_only)
-    coords = [jnp.asarray(c).reshape(-1) for c in np.indices(shape_in_only)] if in_only else []
-    coords = jnp.stack(coords, axis=-1) if in_only else jnp.zeros((1, 0), jnp.int32)
-    tangents = jax.vmap(tangent)(coords)
     jvp = lambda t: jax.jvp(f, (x,), (t,))[1]
-    outs = jax.vmap(jvp)(tangents)  # [P, *out_shape]
+    if in_only:
+        coords = jnp.stack([jnp.asarray(c).reshape(-1) for c in np.indices(shape_in_only)], axis=-1)
+        outs = jax.vmap(jvp)(jax.vmap(tangent)(coords))  # [P, *out_shape]
+    else:  # one tangent (elementwise and broadcast partials, most edges): no vmap to trace
+        probe = all(n == 1 or v in diag_vals for v, n in zip(s.in_vars, s.in_shape))
+        outs = jvp(jnp.ones(s.in_shape, x.dtype) if probe else tangent(()))[None]
     # Read the value entries: value variables on output axes span their range, others 0.
     out_vals = [v for v in s.value_vars if v in out_set]
     idx = [slice(None)]
