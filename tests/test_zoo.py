@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import alphagrad as ag
+from alphagrad import engine
 from alphagrad.evaluator import Evaluator
 from alphagrad.examples import Example, all_examples, get, published, real, zoo
 from alphagrad.interpreter import jacobian
@@ -123,7 +124,7 @@ def test_traces(name):
     assert 1 <= len(g.intermediates) <= 500, len(g.intermediates)
     # the engine can encode it: under its vertex limit, no single product over 2**31
     # multiplications (a 128-point mixture had one)
-    ag.engine.encode(g)
+    engine.encode(g)
 
 
 @pytest.mark.parametrize("name", NAMES)
