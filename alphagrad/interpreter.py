@@ -1194,7 +1194,8 @@ def _scan_once_per_value(body, init, xs):
         outs = jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *[carried[slot[i]] for i in range(n)],
                                    *jax.tree_util.tree_leaves(x))
         new, ys = jax.tree_util.tree_unflatten(out_tree, outs)
-        return [jax.tree_util.tree_leaves(new)[i] for i in keep], ys
+        new = jax.tree_util.tree_leaves(new)
+        return [new[i] for i in keep], ys
 
     carried, ys = jax.lax.scan(once, [leaves[i] for i in keep], xs, unroll=SCAN_UNROLL)
     return jax.tree_util.tree_unflatten(tree, [carried[slot[i]] for i in range(n)]), ys

@@ -285,15 +285,22 @@ def fit(features: np.ndarray, seconds: np.ndarray, groups, batch: int) -> dict:
     measured`` (bounded: coefficients >= 0): each call counts alike whatever its size
     (a 10 us and a 10 ms program weigh the same), and unlike a log error it stays linear
     in the coefficients, so the fit is one convex problem with an exact optimum."""
-    from scipy.optimize import lsq_linear
-
     X = np.asarray(features, np.float64) * np.asarray(
         [batch if k in PER_SAMPLE else 1 for k in FEATURES], np.float64)
+    return {k: float(v) for k, v in zip(FEATURES, relative_fit(X, seconds, groups))}
+
+
+def relative_fit(X: np.ndarray, seconds, groups) -> np.ndarray:
+    """The solve of :func:`fit` for any features ``X`` (``[N, F]``): coefficients >= 0 of
+    its columns, a free intercept per group, least squares on the relative error."""
+    from scipy.optimize import lsq_linear
+
+    X = np.asarray(X, np.float64)
     t = np.asarray(seconds, np.float64)
     names = sorted(set(groups))
     G = np.asarray([[g == n for n in names] for g in groups], np.float64)
     A = np.hstack([X, G]) / t[:, None]
     scale = np.maximum(np.abs(A).max(axis=0), 1e-30)  # columns of unit size: a well-posed solve
-    lower = np.r_[np.zeros(len(FEATURES)), np.full(len(names), -np.inf)]
+    lower = np.r_[np.zeros(X.shape[1]), np.full(len(names), -np.inf)]
     sol = lsq_linear(A / scale, np.ones(len(t)), bounds=(lower, np.inf), method="bvls").x / scale
-    return {k: float(v) for k, v in zip(FEATURES, sol[:len(FEATURES)])}
+    return sol[:X.shape[1]]

@@ -58,17 +58,11 @@ XLA_FEATURES = ("kernels", "bytes", "flops", "transcendentals")
 
 def _xla_weights(rows) -> np.ndarray:
     """Seconds per unit of :data:`XLA_FEATURES` (>= 0), fitted as the time model is
-    (:func:`alphagrad.time_model.fit`: relative error, a free intercept per program)."""
-    from scipy.optimize import lsq_linear
+    (:func:`alphagrad.time_model.relative_fit`: relative error, a free intercept per program)."""
+    from alphagrad.time_model import relative_fit
 
-    X = np.asarray([[r["xla"][k] for k in XLA_FEATURES] for r in rows], np.float64)
-    t = np.asarray([r["seconds"] for r in rows], np.float64)
-    names = sorted({r["program"] for r in rows})
-    G = np.asarray([[r["program"] == n for n in names] for r in rows], np.float64)
-    A = np.hstack([X, G]) / t[:, None]
-    scale = np.maximum(np.abs(A).max(axis=0), 1e-30)
-    lower = np.r_[np.zeros(X.shape[1]), np.full(len(names), -np.inf)]
-    return (lsq_linear(A / scale, np.ones(len(t)), bounds=(lower, np.inf), method="bvls").x / scale)[:X.shape[1]]
+    return relative_fit([[r["xla"][k] for k in XLA_FEATURES] for r in rows], [r["seconds"] for r in rows],
+                        [r["program"] for r in rows])
 
 
 def _xla_predict(rows, w) -> list:

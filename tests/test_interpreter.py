@@ -577,20 +577,3 @@ def test_computing_a_value_once_keeps_it_exact_and_differentiable(n):
         assert ("reduce_sum" in text) == (n < 2048)
     assert _shared(x, 1) is x and _shared(jnp.arange(n), 2) is not None
 
-
-def test_by_default_a_reverse_order_runs_its_loop_as_a_scan():
-    """A small graph's loop that a reverse order eliminates last iteration first runs as
-    a lax.scan by default (unrolled, NeuralCA_Conv's reverse order held every iteration's
-    local Jacobians at once: 4.8x jax.jacrev's memory); a forward order's stays unrolled."""
-    from alphagrad import interpreter
-    from alphagrad.examples import real
-
-    ex = real.make_pendulum_chain(n=4, steps=4)
-    argnums = tuple(range(len(ex.args)))
-    assert len(ag.trace(ex.fn, *ex.args).intermediates) <= interpreter.CHUNK_ABOVE
-    want = jax.jacrev(ex.fn, argnums=argnums)(*ex.args)
-    for order, scans in (("rev", True), ("fwd", False)):
-        jac = jacobian(ex.fn, order, argnums=argnums)
-        assert (" scan[" in str(jax.make_jaxpr(jac)(*ex.args))) == scans, order
-        for a, b in zip(jax.tree_util.tree_leaves(jac(*ex.args)), jax.tree_util.tree_leaves(want)):
-            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-5)

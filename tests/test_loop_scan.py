@@ -73,6 +73,10 @@ def _close(got, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-5)
 
 
+#: The interpreter's own setting, before the fixture below replaces it.
+_DEFAULT_LOOP_SCAN = interpreter.LOOP_SCAN
+
+
 @pytest.fixture(autouse=True)
 def _scan_small_graphs(monkeypatch):
     """These graphs are small: by default (``LOOP_SCAN = "large"``) they run unrolled."""
@@ -186,11 +190,11 @@ def test_fingerprint_and_canonical_hash_unchanged(name):
 
 
 def test_by_default_a_small_graph_scans_the_loops_its_order_runs_backwards(monkeypatch):
-    """``LOOP_SCAN = "reverse"`` (the default): in a graph under CHUNK_ABOVE a loop that the
+    """By default (``LOOP_SCAN = "reverse"``), in a graph under CHUNK_ABOVE a loop that the
     order eliminates last iteration first runs as a scan (the unrolled program held every
     iteration's local Jacobians at once: NeuralCA_Conv's reverse order 4.8x the memory of
     jax.jacrev), one eliminated first to last stays unrolled; both equal jax.jacrev."""
-    monkeypatch.setattr(interpreter, "LOOP_SCAN", "reverse")
+    monkeypatch.setattr(interpreter, "LOOP_SCAN", _DEFAULT_LOOP_SCAN)  # the fixture's "always" undone
     argnums = tuple(range(len(_PENDULUM.args)))
     graph = ag.trace(_PENDULUM.fn, *_PENDULUM.args)
     assert len(graph.intermediates) <= interpreter.CHUNK_ABOVE
