@@ -74,6 +74,9 @@ class InferenceSettings:
         every chain's best); otherwise they only compete with annealing's result.
       finetune: the :class:`alphagrad.selfplay.FinetuneSettings` of
         ``Agent.order(..., finetune_s=S)`` (None: its defaults).
+      annealing: the :class:`alphagrad.anneal.AnnealSettings` of the annealing stages
+        (e.g. ``AnnealSettings(schedule="nested")``: a longer budget repeats a shorter
+        one's annealing and goes on).
     """
 
     samples: int = 32
@@ -84,8 +87,11 @@ class InferenceSettings:
     anneal: bool = True
     late_start: bool = True
     finetune: object = None
+    annealing: AnnealSettings = AnnealSettings()
 
     def __post_init__(self):
+        if not isinstance(self.annealing, AnnealSettings):
+            raise ValueError(f"annealing = {self.annealing!r} must be an alphagrad.anneal.AnnealSettings")
         if self.finetune is not None and type(self.finetune).__name__ != "FinetuneSettings":
             raise ValueError(f"finetune = {self.finetune!r} must be an alphagrad.selfplay.FinetuneSettings or None")
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 0:
@@ -234,7 +240,7 @@ class Schedule:
         self.t0 = time.perf_counter()
         self.graph, self.make_player, self.budget_s, self.seed = graph, make_player, budget_s, seed
         self.settings, self.progress = settings, progress
-        self.small = len(graph.intermediates) <= AnnealSettings().exact_limit  # solved exactly at once
+        self.small = len(graph.intermediates) <= settings.annealing.exact_limit  # solved exactly at once
         self.compile_s = compile_kernels(None if self.small else make_player, note=progress)
         t_tables = time.perf_counter()
         rules.tables(graph)  # once per graph (up to 1.3 s on the zoo's; cached for later calls)
@@ -360,7 +366,7 @@ class Schedule:
             return
         with self._ticking() as report:
             self.offer(anneal(self.graph, budget_s=seconds, seed=self.seed, start=played, keep=keep,
-                              progress=report), "anneal after the network's opening")
+                              progress=report, settings=self.settings.annealing), "anneal after the network's opening")
         self._tick()
 
     def _anneal(self):
@@ -372,7 +378,7 @@ class Schedule:
         late = self._late if self.thread is not None and self.settings.late_start else None
         with self._ticking() as report:
             order, where = anneal(self.graph, budget_s=seconds, seed=self.seed, start=list(self.starts.values()),
-                                  progress=report, late=late, info=True)
+                                  progress=report, late=late, info=True, settings=self.settings.annealing)
         return order, "anneal from the network's order" if where["late"] else "anneal"
 
     def _seen(self, cost):

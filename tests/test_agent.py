@@ -110,6 +110,25 @@ def test_without_annealing_the_result_is_the_networks_or_a_baselines(agent, grap
     assert r.network_cost <= ag.cost(graph, agent.greedy_order(graph))
 
 
+def test_the_schedule_anneals_with_the_annealing_settings_it_is_given(agent, graph, monkeypatch):
+    from alphagrad import inference
+    from alphagrad.anneal import AnnealSettings
+
+    nested, seen = AnnealSettings(schedule="nested"), []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["settings"])
+        return inference.__dict__["_real_anneal"](*args, **kwargs)
+
+    monkeypatch.setitem(inference.__dict__, "_real_anneal", inference.anneal)
+    monkeypatch.setattr(inference, "anneal", recording)
+    r = agent.order(graph, budget_s=0.5, seed=2, progress=False, settings=InferenceSettings(annealing=nested))
+    assert seen == [nested]
+    assert r.cost <= r.best_baseline
+    with pytest.raises(ValueError, match="annealing = .* must be an alphagrad.anneal.AnnealSettings"):
+        InferenceSettings(annealing={"schedule": "nested"})
+
+
 def test_a_graph_small_enough_gets_the_proven_optimum_at_once(agent):
     import time
 
