@@ -112,17 +112,18 @@ class AnnealSettings:
     #: ``"budget"``: one cooling over the whole budget (the temperature follows the
     #: elapsed share of it). ``"nested"``: an anytime schedule whose moves, temperatures
     #: and seeds do not depend on the budget, so that a run with more ``iterations``
-    #: repeats a shorter run's work and goes on, and never returns a dearer order (with a
-    #: time budget: whenever the longer run gets at least as far): each start is descended for ``start_targets`` targets per unit, then
-    #: each chain anneals in cycles of ``cycle_moves`` moves per unit (the first two
-    #: alike, then doubling), each cooling from the chain's best order and closing with a
-    #: descent of ``cycle_descent`` targets per move made. Measured side by side on 19
-    #: held-out graphs of 838-1,924 intermediates (2 cores, seed 0), budget / nested x
-    #: the best baseline: 0.832 / 0.798 at 1 s, 0.752 / 0.752 at 5 s, 0.736 / 0.746 at
-    #: 20 s; 4 of the 19 graphs got a dearer order at a longer budget with "budget", none
-    #: with "nested". The cost of an anytime schedule is its last cycle, cut short by the
-    #: deadline: up to half the time of a long run, hence 20 s. "budget" stays the default
-    #: (the strongest search at the longer budgets, the yardstick).
+    #: repeats a shorter run's work and goes on, and never returns a dearer order (with
+    #: a time budget: whenever the longer run gets at least as far): each start is
+    #: descended for ``start_targets`` targets per unit, then each chain anneals in
+    #: cycles of ``cycle_moves`` moves per unit (the first two alike, then doubling),
+    #: each cooling from the chain's best order and closing with a descent of
+    #: ``cycle_descent`` targets per move made. Measured side by side on 19 held-out
+    #: graphs of 838-1,924 intermediates (2 cores, seed 0), budget / nested x the best
+    #: baseline: 0.832 / 0.798 at 1 s, 0.752 / 0.752 at 5 s, 0.736 / 0.746 at 20 s; 4 of
+    #: the 19 graphs got a dearer order at a longer budget with "budget", none with
+    #: "nested". The cost of an anytime schedule is its last cycle, cut short by the
+    #: deadline: up to half the time of a long run, hence 20 s. "budget" stays the
+    #: default (the strongest search at the longer budgets, the yardstick).
     schedule: str = "budget"
     cycle_moves: int = 2
     start_targets: int = 32
@@ -614,9 +615,11 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
       seed: random seed, an int in ``[0, 2**32)``.
       convention: cost convention (``"time"`` or ``"time:PLATFORM"``: the modelled
         time, :mod:`alphagrad.time_model`, minimised at the same speed).
-      iterations: a fixed number of moves (an int >= 0) instead of a time budget; each
-        descent (of a start order, and at the end) then scores at most as many targets
-        (deterministic).
+      iterations: a fixed number of moves (an int >= 0) per chain instead of a time
+        budget; each descent (of a start order, and at the end) then scores at most as
+        many targets (deterministic; with the nested schedule, the descents are bounded
+        as :attr:`AnnealSettings.schedule` says, and more iterations never give a dearer
+        order).
       start: an order to start from instead of the baselines (anything
         :func:`~alphagrad.scoring.resolve_order` accepts), or a list of such orders to
         descend and start from the cheapest result; one order is annealed as it is.

@@ -1,5 +1,7 @@
 """A developer's command: the targets of issues 13 (the network alone) and 14 (the agent),
-both closed, judged on the records of ``python -m eval`` runs. The report itself no
+both closed, and issue 63's portfolio (the agent never loses what annealing alone finds,
+and more budget never gives a dearer order), judged on the records of ``python -m eval``
+runs. The report itself no
 longer shows them; the generated results blocks ``xl-seeds`` and ``random-seeds`` are made
 by this command.
 
@@ -44,6 +46,12 @@ CONTROLS = ("uniform-prior", "markowitz-prior", "random-prior", "anneal")
 MIN_BUDGET, PUBLISHED_BUDGET, PUBLISHED_BOUND = 0.5, 1.0, 0.87
 #: Issue 14 on the random held-out family: agent@RANDOM_BUDGET <= anneal@RANDOM_BUDGET.
 RANDOM_BUDGET = 5.0
+#: Issue 63's portfolio: the agent (with either annealing schedule) at most this share
+#: dearer than anneal@B on every graph, budget and seed; and for every budgeted method,
+#: whether a longer budget ever gave a dearer order (the agent's a target, the rest info).
+PORTFOLIO_SLACK = 0.01
+AGENTS = ("agent", "agent-nested")
+ANYTIME = AGENTS + ("anneal", "anneal-nested")
 
 
 def _ok(records, **match):
@@ -137,6 +145,8 @@ def evaluate(records: list[dict]) -> list[dict]:
     out.append(_row(f"14: agent@{RANDOM_BUDGET:g}s geomean cost <= anneal@{RANDOM_BUDGET:g}s on random_heldout",
                     _rounded(gm), None if gm is None else gm <= 1.0, _count(rs)))
 
+    out += _portfolio(records)
+
     for b in sorted({r["budget_s"] for r in _ok(records, kind="agent")}):
         for control in ("search",) + CONTROLS:
             gm, rs = _versus(records, "agent", control, b)
@@ -145,6 +155,42 @@ def evaluate(records: list[dict]) -> list[dict]:
                     control, f"{control}@{b:g}s, the same schedule without the network")
                 out.append({"target": f"what learning adds: agent@{b:g}s / {label} (geomean, all graphs)",
                             "measured": round(gm, 4), "status": "info", "detail": _count(rs)})
+    return out
+
+
+def _portfolio(records) -> list[dict]:
+    """Issue 63's portfolio targets: each agent against anneal@B, pair by pair; each
+    budgeted method against itself at every longer budget (same graph and seed)."""
+    out, seeds = [], len({r.get("seed") for r in records}) > 1
+    anneal = {(_pair(r), r["budget_s"]): r["cost"] for r in _ok(records, kind="anneal")}
+    for kind in AGENTS:
+        pairs = [(r, anneal[_pair(r), r["budget_s"]]) for r in _ok(records, kind=kind)
+                 if (_pair(r), r["budget_s"]) in anneal]
+        if not pairs:
+            continue
+        worse = sorted(((r["cost"] / c, r) for r, c in pairs if r["cost"] > (1 + PORTFOLIO_SLACK) * c),
+                       key=lambda x: -x[0])
+        out.append(_row(f"63: {kind}@B at most {100 * PORTFOLIO_SLACK:g}% dearer than anneal@B on every graph, "
+                        f"budget and seed", f"dearer on {len(worse)} of {len(pairs)}", not worse,
+                        ", ".join(f"{r['name']}@{r['budget_s']:g}s" + (f" (seed {r.get('seed')})" if seeds else "")
+                                  + f" {x:.3f}x" for x, r in worse[:6]) or "-"))
+    for kind in ANYTIME:
+        runs = {}
+        for r in _ok(records, kind=kind):
+            runs.setdefault(_pair(r), []).append(r)
+        runs = {k: sorted(v, key=lambda r: r["budget_s"]) for k, v in runs.items() if len(v) > 1}
+        if not runs:
+            continue
+        dearer = [(rs[j], rs[i]) for rs in runs.values() for i in range(len(rs)) for j in range(i)
+                  if rs[i]["cost"] > rs[j]["cost"]]
+        graphs = {_pair(a) for a, _ in dearer}
+        row = _row(f"63: {kind}: a longer budget never gives a dearer order (same graph and seed)",
+                   f"dearer on {len(graphs)} of {len(runs)}", not dearer,
+                   ", ".join(f"{b['name']} {a['budget_s']:g}s {a['cost']} -> {b['budget_s']:g}s {b['cost']}"
+                             for a, b in dearer[:6]) or "-")
+        if kind not in AGENTS:
+            row["status"] = "info"
+        out.append(row)
     return out
 
 

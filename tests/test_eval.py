@@ -363,6 +363,31 @@ def test_targets_are_judged_from_the_records():
     assert few["status"] == "not measured" and "9 graphs" in few["detail"]
 
 
+def test_portfolio_targets_pair_the_agent_with_annealing_and_each_method_with_its_longer_budgets():
+    """Issue 63's portfolio: agent@B more than 1% dearer than anneal@B on any (graph,
+    budget) is a miss, named with its ratio; a longer budget that gave a dearer order is
+    a miss for the agents and info for annealing."""
+    from eval import targets
+
+    recs = []
+    for g, agent, nested, anneal in (("a", (100, 95, 90), (99, 96, 90), (100, 96, 91)),
+                                     ("b", (50, 50, 49), (52, 53, 50), (50, 51, 49))):
+        for kind, costs in (("agent", agent), ("agent-nested", nested), ("anneal", anneal)):
+            recs += [_rec(g, kind, c, b, "large_random", 450) for c, b in zip(costs, (1.0, 2.0, 4.0))]
+    by = {t["target"]: t for t in targets.evaluate(recs)}
+    plain = by["63: agent@B at most 1% dearer than anneal@B on every graph, budget and seed"]
+    assert plain["status"] == "met" and plain["measured"] == "dearer on 0 of 6"
+    nested = by["63: agent-nested@B at most 1% dearer than anneal@B on every graph, budget and seed"]
+    assert nested["status"] == "missed" and nested["measured"] == "dearer on 3 of 6"
+    assert nested["detail"] == "b@1s 1.040x, b@2s 1.039x, b@4s 1.020x"  # a: at most 1.0x, 0.99x
+    assert by["63: agent: a longer budget never gives a dearer order (same graph and seed)"]["status"] == "met"
+    grows = by["63: agent-nested: a longer budget never gives a dearer order (same graph and seed)"]
+    assert grows["status"] == "missed" and grows["measured"] == "dearer on 1 of 2"
+    assert grows["detail"] == "b 1s 52 -> 2s 53"
+    annealing = by["63: anneal: a longer budget never gives a dearer order (same graph and seed)"]
+    assert annealing["status"] == "info" and annealing["detail"] == "b 1s 50 -> 2s 51"
+
+
 def _seed_report(seed, agent, anneal, sha="abc", data="data/x"):
     """A report of one seed: 12 large graphs, agent@1s and anneal@1s costs (lists)."""
     recs = []
