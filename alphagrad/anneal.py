@@ -128,6 +128,9 @@ class AnnealSettings:
     cycle_moves: int = 2
     start_targets: int = 32
     cycle_descent: int = 1
+    #: With ``"nested"``: the cycle before which the last chain asks ``late`` for its one
+    #: order (waiting for it), so that where a late start lands does not depend on timing.
+    late_cycle: int = 3
 
     def __post_init__(self):
         if self.schedule not in ("budget", "nested"):
@@ -135,6 +138,7 @@ class AnnealSettings:
         check_int(self.cycle_moves, "cycle_moves", 1)
         check_int(self.start_targets, "start_targets", 0)
         check_int(self.cycle_descent, "cycle_descent", 0)
+        check_int(self.late_cycle, "late_cycle", 0)
         for name in ("exact_limit", "few_moves", "cold_up_to", "hot_from"):
             check_int(getattr(self, name), name, 0)
         check_int(self.max_threads, "max_threads", 1)
@@ -523,9 +527,23 @@ class _Annealing:
             self.chains[k] = (mine.copy(), mine)
             self.took[k] = True
 
+    def late_start(self, k):
+        """The nested schedule's late start: chain ``k`` (the last) asks ``late`` once, at a
+        fixed cycle (it may wait for the order), and takes the order as its current and
+        best if it costs less than :attr:`AnnealSettings.late_margin` of its own best:
+        nothing here depends on the other chains or on the clock."""
+        order = self.late()
+        if order is None:
+            return
+        unit_order = self.in_units(resolve_order(self.graph, order, self.convention))
+        cost = self.fixed + self.evs[k].descend(unit_order, 0, 0, prefix=self.prefix, units=self.units)[0]
+        if cost < self.s.late_margin * self.bests[k]:
+            self.chains[k] = (unit_order.copy(), unit_order)
+            self.bests[k], self.took[k] = cost, True
+
     def chunk(self, k, moves, t_from, t_to, chunk_seed):
         """``moves`` annealing moves of chain ``k``; its best cost (the prefix's included)."""
-        if self.late is not None:
+        if self.late is not None and self.s.schedule == "budget":
             self.arrived(k)
         current, best = self.chains[k]
         self.bests[k] = self.fixed + self.evs[k].anneal(current, best, moves, t_from, t_to, chunk_seed,
@@ -566,6 +584,8 @@ class _Annealing:
         try:
             while left is None or left > 0:
                 length = base << max(cycle - 1, 0)
+                if self.late is not None and cycle == self.s.late_cycle and k == self.threads - 1:
+                    self.late_start(k)
                 t0, t1 = self.temps(length)
                 current, best = self.chains[k]
                 current[:] = best
@@ -640,8 +660,13 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         annealing runs (e.g. a network's, played on another thread; each order once).
         If it costs less than :attr:`AnnealSettings.late_margin` of every chain's best
         order, the chain whose best is dearest takes it as its current and best order, at
-        the temperature of the moment: a late start. Not with ``iterations`` (its result
-        would depend on timing) nor with ``keep``.
+        the temperature of the moment: a late start. With the nested schedule instead,
+        only the last chain calls it, once, before its
+        :attr:`AnnealSettings.late_cycle`-th cycle (it may block until its order is ready),
+        and takes the order if it costs less than ``late_margin`` of that chain's own
+        best, so that a longer budget still repeats a shorter one's work. Not with
+        ``keep``, nor with ``iterations`` under the budget schedule (its result would
+        depend on timing).
       info: also return where the order comes from (see Returns).
       settings: the schedule (default: :class:`AnnealSettings`'s measured defaults).
 
@@ -669,8 +694,9 @@ def anneal(graph: Graph, budget_s: float = 10.0, seed: int = 0, convention: str 
         raise TypeError(f"late must be a function returning None or an order, not {type(late).__name__}")
     if not isinstance(info, bool):
         raise TypeError(f"info must be True or False, not {info!r}")
-    if late is not None and (iterations is not None or keep):
-        raise ValueError("late starts arrive on the clock: pass them with a time budget, without iterations or keep")
+    if late is not None and (keep or (iterations is not None and settings.schedule == "budget")):
+        raise ValueError("late starts arrive on the clock: pass them with a time budget, without iterations or "
+                         "keep (or, with iterations, use AnnealSettings(schedule='nested'))")
     n = len(starts[0])
     if keep > n:
         raise ValueError(f"keep = {keep} is more than the order's {n} vertices")

@@ -71,7 +71,10 @@ class InferenceSettings:
       late_start: hand the network's orders to annealing as they arrive (a late start,
         ``alphagrad.anneal.anneal(late=...)``: the chain whose best order is dearest takes
         one that costs less than :attr:`alphagrad.anneal.AnnealSettings.late_margin` of
-        every chain's best); otherwise they only compete with annealing's result.
+        every chain's best; with nested annealing, the last chain asks for the greedy order
+        once, at a fixed cycle, and takes it if cheaper than its own best: see
+        ``alphagrad.anneal.anneal``'s ``late``); otherwise they only compete with
+        annealing's result.
       finetune: the :class:`alphagrad.selfplay.FinetuneSettings` of
         ``Agent.order(..., finetune_s=S)`` (None: its defaults).
       annealing: the :class:`alphagrad.anneal.AnnealSettings` of the annealing stages
@@ -252,6 +255,7 @@ class Schedule:
         self.network_cost: int | None = None  # the cheapest order the network played
         self.annealed = math.inf  # the cheapest cost annealing has reported
         self.arrivals: list = []  # the network's cheapest orders so far, for annealing's late start
+        self.greedy_played = threading.Event()  # set once the greedy order is in arrivals (or the thread ended)
         self.failed: list = []  # an error on the network's thread, raised in the caller's
         self.thread: threading.Thread | None = None
         self.starts = orders.classic(graph, "exact", self.ev)
@@ -337,6 +341,7 @@ class Schedule:
         played = player.play()
         self.network_cost = self.offer(played, "network greedy")
         self.arrivals.append(played)
+        self.greedy_played.set()
         for k in range(settings.samples):
             if self.elapsed() >= settings.sample_fraction * self.budget_s or self.annealed < self.network_cost:
                 break
@@ -353,10 +358,19 @@ class Schedule:
             self._play(player)
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             self.failed.append(err)
+        finally:
+            self.greedy_played.set()
 
     def _late(self):
         """The next of the network's orders for annealing's late start, or None."""
         return self.arrivals.pop(0) if self.arrivals else None
+
+    def _greedy_late(self):
+        """The nested schedule's one late start (asked once, at a fixed cycle): the
+        network's greedy order, waited for while budget is left, so that the chain takes
+        it at the same point of its work whatever the budget."""
+        self.greedy_played.wait(max(self.left(), 0.0))
+        return self.arrivals[0] if self.arrivals else None
 
     def _anneal_opening(self, played):
         """Step 3: anneals the rest of ``played`` after its opening (off by default)."""
@@ -375,7 +389,9 @@ class Schedule:
         seconds = self.left()
         if not (self.settings.anneal and seconds > 0 and self.best[0] > 0):
             return None
-        late = self._late if self.thread is not None and self.settings.late_start else None
+        late = None
+        if self.thread is not None and self.settings.late_start:
+            late = self._greedy_late if self.settings.annealing.schedule == "nested" else self._late
         with self._ticking() as report:
             order, where = anneal(self.graph, budget_s=seconds, seed=self.seed, start=list(self.starts.values()),
                                   progress=report, late=late, info=True, settings=self.settings.annealing)

@@ -1,5 +1,6 @@
 """Baselines: forward, reverse, Markowitz, the exact optimum and annealing."""
 
+import dataclasses
 import functools
 import itertools
 import signal
@@ -167,6 +168,24 @@ def test_nested_annealing_never_returns_a_dearer_order_for_more_moves(name):
         assert costs[-1] < costs[0]  # the moves are spent, not skipped
     with pytest.raises(ValueError, match="schedule must be 'budget' or 'nested'"):
         AnnealSettings(schedule="doubling")
+    # a late start lands at a fixed cycle of the last chain, so it keeps the promise
+    good = baselines.anneal(g, iterations=50000, seed=9, threads=2)  # cheaper than a chain at its 3rd cycle
+    asked = []
+
+    def late():
+        asked.append(1)
+        return good
+
+    for threads in (1, 2):
+        taking = dataclasses.replace(nested, late_margin=1.0)
+        runs = [baselines.anneal(g, iterations=w, seed=3, threads=threads, settings=taking, late=late, info=True)
+                for w in (1000, 2000, 4000)]
+        costs = [ag.cost(g, order) for order, _ in runs]
+        assert costs == sorted(costs, reverse=True) and all(where["late"] for _, where in runs), costs
+        assert costs[0] <= ag.cost(g, good)
+    assert len(asked) == 6  # once a run
+    with pytest.raises(ValueError, match="late starts arrive on the clock"):
+        baselines.anneal(g, iterations=1000, late=late)
     timed = baselines.anneal(g, budget_s=0.2, seed=0, settings=nested)
     assert sorted(timed) == sorted(g.intermediates)
     assert ag.cost(g, timed) <= min(ag.cost(g, o) for o in (baselines.forward(g), baselines.reverse(g)))
