@@ -89,18 +89,18 @@ def _agent(graph, *, budget_s, seed, agent, settings=None, **context) -> Found:
                  details={"found_by": res.method, "network_cost": res.network_cost, "history": res.history})
 
 
-def _agent_nested(graph, *, budget_s, seed, agent, settings=None, **context) -> Found:
-    """The agent's schedule with nested (anytime) annealing
-    (``AnnealSettings(schedule="nested")``): more budget repeats less budget's annealing."""
+def _agent_budget(graph, *, budget_s, seed, agent, settings=None, **context) -> Found:
+    """The agent's schedule with annealing's budget schedule (``AnnealSettings()``, the
+    default before the nested one): a longer budget is another run, not a continuation."""
     import dataclasses
 
     from alphagrad.anneal import AnnealSettings
     from alphagrad.inference import InferenceSettings
 
-    nested = dataclasses.replace(settings or InferenceSettings(), annealing=AnnealSettings(schedule="nested"))
-    found = _agent(graph, budget_s=budget_s, seed=seed, agent=agent, settings=nested)
-    short = "settings=InferenceSettings(annealing=AnnealSettings(schedule='nested'))"
-    return dataclasses.replace(found, call=found.call.replace(f"settings={nested}", short))
+    budget = dataclasses.replace(settings or InferenceSettings(), annealing=AnnealSettings())
+    found = _agent(graph, budget_s=budget_s, seed=seed, agent=agent, settings=budget)
+    short = "settings=InferenceSettings(annealing=AnnealSettings())"
+    return dataclasses.replace(found, call=found.call.replace(f"settings={budget}", short))
 
 
 def _anneal(graph, *, budget_s, seed, **context) -> Found:
@@ -166,7 +166,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            color="#9ecae1"),
     Method("agent", _agent, default=True, budgeted=True, needs_model=True, color="#3182bd"),
     Method("anneal", _anneal, default=True, budgeted=True, warmup=_anneal_warmup, color="#e6550d"),
-    Method("agent-nested", _agent_nested, budgeted=True, needs_model=True, color="#08519c"),
+    Method("agent-budget", _agent_budget, budgeted=True, needs_model=True, color="#08519c"),
     Method("anneal-nested", _anneal_nested, budgeted=True, warmup=_anneal_warmup, color="#a63603"),
     Method("search", _search, default=True, budgeted=True, warmup=_search_warmup, color="#31a354"),
     Method("uniform-prior", _control("uniform"), budgeted=True, color="#a1d99b"),

@@ -50,7 +50,7 @@ RANDOM_BUDGET = 5.0
 #: dearer than anneal@B on every graph, budget and seed; and for every budgeted method,
 #: whether a longer budget ever gave a dearer order (the agent's a target, the rest info).
 PORTFOLIO_SLACK = 0.01
-AGENTS = ("agent", "agent-nested")
+AGENTS = ("agent", "agent-budget")
 ANYTIME = AGENTS + ("anneal", "anneal-nested")
 
 
