@@ -82,12 +82,12 @@ class InferenceSettings:
       annealing: the :class:`alphagrad.anneal.AnnealSettings` of the annealing stages.
         The default is the nested schedule, with the network's greedy order taken at a
         fixed cycle (see ``alphagrad.anneal.anneal``'s ``late``): a longer budget repeats
-        a shorter one's annealing and goes on, so it never returns a dearer order. With
-        the budget schedule (``AnnealSettings()``) the agent returned a dearer order at a
-        longer budget on 8 of 15 graphs of 1,508-1,924 intermediates at 1-16 s; nested,
-        on none, and its geometric mean x the best baseline was 0.797 / 0.774 / 0.763 /
-        0.760 / 0.758 at 1 / 2 / 4 / 8 / 16 s against 0.821 / 0.772 / 0.761 / 0.764 /
-        0.756 (``eval/results/portfolio_xl``, 2 cores).
+        a shorter one's annealing and goes on, so it never returns a dearer order. Side by
+        side on 15 graphs of 1,508-1,924 intermediates at 1-16 s (2 cores,
+        ``eval/results/portfolio_xl``): with the budget schedule (``AnnealSettings()``)
+        the agent returned a dearer order at a longer budget on 5 graphs, nested on none;
+        geometric means x the best baseline, nested / budget: 0.808 / 0.816 at 1 s, 0.777
+        / 0.776 at 2 s, 0.765 / 0.761 at 4 s, 0.760 / 0.758 at 8 s, 0.758 / 0.753 at 16 s.
     """
 
     samples: int = 32
