@@ -518,14 +518,19 @@ class _Annealing:
         with self.lock:
             order = self.late()
             if order is not None:
-                unit_order = self.in_units(resolve_order(self.graph, order, self.convention))
-                cost = self.evs[k].descend(unit_order, 0, 0, prefix=self.prefix, units=self.units)[0]
+                unit_order, cost = self.late_order(k, order)
                 if cost < self.s.late_margin * min(self.bests):
                     self.handed[max(range(self.threads), key=lambda i: (self.bests[i], i))] = unit_order
             mine, self.handed[k] = self.handed[k], None
         if mine is not None:
             self.chains[k] = (mine.copy(), mine)
             self.took[k] = True
+
+    def late_order(self, k, order):
+        """A late ``order`` as chain ``k`` would take it: an order of units, and its cost
+        (the prefix's included)."""
+        unit_order = self.in_units(resolve_order(self.graph, order, self.convention))
+        return unit_order, self.fixed + self.evs[k].descend(unit_order, 0, 0, prefix=self.prefix, units=self.units)[0]
 
     def late_start(self, k):
         """The nested schedule's late start: chain ``k`` (the last) asks ``late`` once, at a
@@ -535,8 +540,7 @@ class _Annealing:
         order = self.late()
         if order is None:
             return
-        unit_order = self.in_units(resolve_order(self.graph, order, self.convention))
-        cost = self.fixed + self.evs[k].descend(unit_order, 0, 0, prefix=self.prefix, units=self.units)[0]
+        unit_order, cost = self.late_order(k, order)
         if cost < self.s.late_margin * self.bests[k]:
             self.chains[k] = (unit_order.copy(), unit_order)
             self.bests[k], self.took[k] = cost, True
@@ -569,7 +573,6 @@ class _Annealing:
             self.descent(k, self.chains[k][1], None, self.t_start + self.budget_s, stop)
         except KeyboardInterrupt:
             _interrupted(self.t_start, self.budget_s, stop)
-
 
     def run_cycles(self, k, stop):
         """One chain of the nested schedule (:attr:`AnnealSettings.schedule`): cycles of

@@ -22,8 +22,9 @@ tables, :func:`alphagrad.rules.tables`, kept for later calls):
 4. the three baselines are each descended and annealed whole
    (:func:`alphagrad.anneal.anneal`, by default on its nested schedule, so that more
    budget never gives a dearer order) for the rest of the budget. The network's order
-   is not a start: on large graphs the starts lie in basins of very different depth, and a network's order that is cheaper than the baselines'
-   but in a shallower basin would take a baseline's chain (on NeuralCA_Conv at 1 s it
+   is not a start: on large graphs the starts lie in basins of very different depth,
+   and a network's order that is cheaper than the baselines' but in a shallower basin
+   would take a baseline's chain (on NeuralCA_Conv at 1 s it
    took forward's, the only start that reaches the deep basin: 0.973 x the best
    baseline instead of annealing's 0.36). It is a late start instead
    (``late_start``): the last chain asks for the greedy order at a fixed cycle of its

@@ -1,9 +1,8 @@
 """A developer's command: the targets of issues 13 (the network alone) and 14 (the agent),
 both closed, and issue 63's portfolio (the agent never loses what annealing alone finds,
 and more budget never gives a dearer order), judged on the records of ``python -m eval``
-runs. The report itself no
-longer shows them; the generated results blocks ``xl-seeds`` and ``random-seeds`` are made
-by this command.
+runs. The report itself no longer shows them; the generated results blocks ``xl-seeds``,
+``random-seeds`` and ``portfolio-xl`` are made by this command.
 
 Each target is ``met``, ``missed`` or ``not measured`` (the run lacks the methods,
 budgets or graphs it needs), with the number it was judged on. Nothing here is typed in
