@@ -5,7 +5,9 @@ a leading axis of every argument) of
 
 * ``jacfwd`` and ``jacrev``: ``jax.jacfwd(f)`` and ``jax.jacrev(f)``;
 * ``forward``, ``reverse``, ``markowitz``, ``anneal`` (``alphagrad.baselines.anneal(graph,
-  budget_s=--anneal-s, seed=0)``) and ``agent`` (``alphagrad.from_pretrained().order(graph,
+  budget_s=--anneal-s, seed=0)``), ``periodic`` (``alphagrad.baselines.periodic(graph,
+  budget_s=--anneal-s, seed=0)``, in programs with a traced loop: one pattern for every
+  iteration, run as a ``lax.scan``) and ``agent`` (``alphagrad.from_pretrained().order(graph,
   budget_s=--agent-s, seed=0)``), each found by its entry in :data:`eval.methods.METHODS`:
   ``alphagrad.jacobian(f, order)`` in that order;
 * ``auto``: ``alphagrad.jacobian(f, batch=B)`` with no order (``--no-auto`` leaves it out),
@@ -65,7 +67,7 @@ import time
 ATTENTION_WORDS = ("attention", "transformer", "encoder")
 #: JAX's Jacobians (the references) first, then alphagrad's orders, in table order.
 JAX_METHODS = ("jacrev", "jacfwd")
-ORDER_METHODS = ("forward", "reverse", "markowitz", "anneal", "agent")
+ORDER_METHODS = ("forward", "reverse", "markowitz", "anneal", "periodic", "agent")
 #: ``alphagrad.jacobian(f, batch=B)`` with no order: it chooses for the batch on its first
 #: call (outside the benchmark's jit, as a user's first call would), then runs its choice.
 AUTO = "auto"
@@ -152,8 +154,8 @@ def parser() -> argparse.ArgumentParser:
                    + ",".join(Settings.programs) + ")")
     p.add_argument("--batches", type=_batches, help="comma-separated batch sizes (default: 1,256,4096)")
     p.add_argument("--repeats", type=_repeats, help=f"timed rounds per batch (default: {Settings.repeats})")
-    p.add_argument("--anneal-s", type=_number(0, False), help="seconds of annealing; 0 leaves the annealed order "
-                   f"out (default: {Settings.anneal_s:g})")
+    p.add_argument("--anneal-s", type=_number(0, False), help="seconds of annealing (and of the periodic "
+                   f"order's); 0 leaves both out (default: {Settings.anneal_s:g})")
     p.add_argument("--agent-s", type=_number(0, False), help="seconds of the pretrained agent's search; 0 leaves "
                    f"the agent out (default: {Settings.agent_s:g})")
     p.add_argument("--no-auto", action="store_true", help="leave out alphagrad.jacobian(f) with no order (auto)")
@@ -269,10 +271,11 @@ def _orders(graph, settings: Settings, agent) -> dict:
     methods, each run by its entry in :data:`eval.methods.METHODS` (seed 0)."""
     from eval.methods import METHODS
 
-    budgets = {"anneal": settings.anneal_s, "agent": settings.agent_s}
+    budgets = {"anneal": settings.anneal_s, "periodic": settings.anneal_s, "agent": settings.agent_s}
     out = {}
     for name in ORDER_METHODS:
-        if budgets.get(name) == 0 or (name == "agent" and agent is None):
+        applies = METHODS[name].applies
+        if budgets.get(name) == 0 or (name == "agent" and agent is None) or (applies and not applies(graph)):
             continue
         t = time.perf_counter()
         found = METHODS[name].run(graph, budget_s=budgets.get(name), seed=0, agent=agent)

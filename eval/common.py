@@ -100,9 +100,15 @@ def load_split(path: str | None, split: str):
 
 
 def machine() -> str:
-    """The machine line of the benchmarks' reports: the processor (or architecture) and
-    the core count, e.g. ``x86_64, 2 cores``."""
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    """The machine line of the benchmarks' reports: the processor (or architecture), the
+    core count and, where JAX is loaded and runs on an accelerator, that accelerator, e.g.
+    ``x86_64, 2 cores`` or ``x86_64, 13 cores, 1 x TPU v5 lite``."""
+    line = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    jax = sys.modules.get("jax")
+    if jax is not None and jax.default_backend() != "cpu":
+        devices = jax.devices()
+        line += f", {len(devices)} x {devices[0].device_kind}"
+    return line
 
 
 def geomean(xs) -> float | None:

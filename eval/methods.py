@@ -119,6 +119,19 @@ def _anneal_nested(graph, *, budget_s, seed, **context) -> Found:
                  f"settings=AnnealSettings(schedule='nested'))")
 
 
+def _periodic(graph, *, budget_s, seed, **context) -> Found:
+    from alphagrad import baselines
+
+    return Found(baselines.periodic(graph, budget_s=budget_s, seed=seed),
+                 f"baselines.periodic(graph, budget_s={budget_s:g}, seed={seed})")
+
+
+def _has_loop(graph, **context) -> bool:
+    from alphagrad.periodic import iterations
+
+    return iterations(graph) is not None
+
+
 def _anneal_warmup(graph, *, seed=0, **context) -> None:
     from alphagrad import baselines
 
@@ -168,6 +181,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("anneal", _anneal, default=True, budgeted=True, warmup=_anneal_warmup, color="#e6550d"),
     Method("agent-budget", _agent_budget, budgeted=True, needs_model=True, color="#08519c"),
     Method("anneal-nested", _anneal_nested, budgeted=True, warmup=_anneal_warmup, color="#a63603"),
+    Method("periodic", _periodic, budgeted=True, applies=_has_loop, color="#756bb1"),
     Method("search", _search, default=True, budgeted=True, warmup=_search_warmup, color="#31a354"),
     Method("uniform-prior", _control("uniform"), budgeted=True, color="#a1d99b"),
     Method("markowitz-prior", _control("markowitz"), budgeted=True, color="#fdae6b"),

@@ -264,10 +264,11 @@ def test_every_registered_method_gives_a_valid_order_through_the_one_signature(m
     and a claimed cost that is alphagrad.cost's; the CLI offers the registry's methods."""
     import argparse
 
+    import jax
     import jax.numpy as jnp
 
-    def f(x, w):
-        h = jnp.tanh(w @ x)
+    def f(x, w):  # a loop of two iterations, so that every method applies (periodic needs one)
+        h = jax.lax.fori_loop(0, 2, lambda i, h: jnp.tanh(w @ h), x)
         return jnp.sum(jnp.sin(h) * x), jnp.cos(w @ h)
 
     graph = alphagrad.trace(f, jnp.ones(3), jnp.eye(3))

@@ -157,3 +157,25 @@ def test_cli_finetune_lengths(value, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         cli.main(["order", f"{src}:f", "--args", "f32[3]", "--finetune", value])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_finetune_resumes_only_a_report_of_the_same_settings(tmp_path, capsys):
+    """A fine-tune benchmark cut short (by a device's time limit) goes on with --resume:
+    graphs already in OUT are kept and not measured again; a report made with other
+    settings is refused, never mixed in."""
+    import argparse
+    import json
+
+    from eval import bench_finetune
+
+    args = argparse.Namespace(seconds="60", anneal=5.0, budget=5.0, seed=0, schedule=False)
+    row = {"name": "MLP", "intermediates": 33, "greedy": 1.121, "anneal @5s": 1.0, "ft 60s: greedy": 1.085}
+    report = {"rows": [row], "settings": bench_finetune.run_settings(args, FinetuneSettings())}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    common = ["--programs", "MLP", "--seconds", "60", "--no-schedule", "--resume", "--out", str(tmp_path)]
+    assert bench_finetune.main(common) == 0
+    assert "nothing left to measure" in capsys.readouterr().err
+    assert json.loads((tmp_path / "report.json").read_text()) == report
+    with pytest.raises(SystemExit) as e:
+        bench_finetune.main(common + ["--games", "32"])
+    assert e.value.code == 2 and "made with other settings" in capsys.readouterr().err

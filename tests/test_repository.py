@@ -151,7 +151,7 @@ LAYERS = (
     ("alphagrad.trace", "alphagrad.checks", "alphagrad.evaluator", "alphagrad.canonical", "alphagrad.order_cache"),
     ("alphagrad.engine", "alphagrad.orders", "alphagrad.features"),
     ("alphagrad.scoring", "alphagrad.player", "alphagrad.observe"),
-    ("alphagrad.anneal", "alphagrad.search", "alphagrad.hub.format"),
+    ("alphagrad.anneal", "alphagrad.periodic", "alphagrad.search", "alphagrad.hub.format"),
     ("alphagrad.baselines", "alphagrad.inference", "alphagrad.interpreter", "alphagrad.hub.card", "alphagrad.selfplay"),
     ("alphagrad.hub.files",),
     ("alphagrad.hub",),
