@@ -489,11 +489,16 @@ class _Chunked:
         self.last = tuple(pending[k] for k in self.remaining if k in pending)
         self.last_slots = tuple(sorted(set().union(*[_edge_slots(graph, e) for e in self.last])))
         needed = set(self.last_slots).union(*[c.slots for c in self.chunks])
-        self.forward = jax.jit(functools.partial(_forward, graph, tuple(sorted(needed))))
-        self.steps = [jax.jit(functools.partial(_run_chunk, graph, chunk, self.counts, self.statics, c))
-                      for c, chunk in enumerate(self.chunks)]
+        # the plain functions run inline under a caller's jit or vmap (a nested jit there
+        # would be traced once, then traced again by vmap's batching); jitted when called eagerly
+        self.plain = (functools.partial(_forward, graph, tuple(sorted(needed))),
+                      [functools.partial(_run_chunk, graph, chunk, self.counts, self.statics, c)
+                       for c, chunk in enumerate(self.chunks)],
+                      functools.partial(self._finish, graph, layout))
+        self.forward = jax.jit(self.plain[0])
+        self.steps = [jax.jit(step) for step in self.plain[1]]
         self.layout = layout
-        self.finish = jax.jit(functools.partial(self._finish, graph, layout))
+        self.finish = jax.jit(self.plain[2])
 
     def _finish(self, graph, layout, carried, slots, outputs, leaves):
         edges = {key: (s, self.statics[key] if s.index_map else carried[key])
@@ -531,15 +536,16 @@ class _Chunked:
 
     def __call__(self, leaves):
         traced = any(isinstance(l, jax.core.Tracer) for l in leaves)  # under jit/vmap
-        slots, outputs = self.forward(leaves)
+        forward, steps, finish = self.plain if traced else (self.forward, self.compiled, self.finish)
+        slots, outputs = forward(leaves)
         if not traced and self.compiled[0] is None:
             self._compile(slots)
+            steps = self.compiled
         env = {}
         for c, chunk in enumerate(self.chunks):
             args = ([env.pop(k) for k in chunk.carried], [slots[s] for s in chunk.slots])
-            step = self.steps[c] if traced else self.compiled[c]
-            env.update(zip(chunk.results, step(*args)))
-        result = self.finish(env, {s: slots[s] for s in self.last_slots}, outputs, leaves)
+            env.update(zip(chunk.results, steps[c](*args)))
+        result = finish(env, {s: slots[s] for s in self.last_slots}, outputs, leaves)
         if self.layout is not None:
             return result
         values, outputs = result
