@@ -40,7 +40,7 @@ to its end. Runs on whatever JAX sees (CPU, TPU, GPU): the report names it.
 
     python -m eval.bench_runtime --out DIR [--programs published,attention,large_real]
         [--batches 1,256,4096] [--repeats 20] [--anneal-s 10] [--agent-s 10]
-        [--time-limit 300] [--note TEXT] [--quick]
+        [--time-limit 300] [--note TEXT] [--resume] [--quick]
 
 ``--quick``: two tiny published tasks at batches 1 and 2, 3 repeats, 0.2 s of annealing,
 no agent (explicit options override it). Writes ``report.json`` (every row) and
@@ -92,6 +92,7 @@ class Settings:
     time_limit_s: float = 300.0
     out: str | None = None
     note: str = ""
+    resume: bool = False  # keep the programs already in out's report (same settings, same device)
 
 
 #: ``--quick``: a small run for tests and smoke checks.
@@ -163,6 +164,9 @@ def parser() -> argparse.ArgumentParser:
                    f"(default: {Settings.time_limit_s:g})")
     p.add_argument("--out", help="directory for report.json and report.md")
     p.add_argument("--note", help="a line for the report's header (e.g. what else ran on the machine)")
+    p.add_argument("--resume", action="store_true", default=None,
+                   help="keep the programs that --out's report already holds (made with the same settings on the "
+                        "same kind of device) and measure the rest: a run cut short goes on where it stopped")
     p.add_argument("--quick", action="store_true", help="a small run: " + ", ".join(
         f"{f.name}={getattr(QUICK, f.name)}" for f in dataclasses.fields(QUICK) if f.name not in ("out", "note")))
     return p
@@ -173,14 +177,48 @@ def parse(argv) -> Settings:
     p = parser()
     args = p.parse_args(argv)
     given = {"programs": args.programs, "batches": args.batches, "repeats": args.repeats, "anneal_s": args.anneal_s,
-             "agent_s": args.agent_s, "auto": False if args.no_auto else None, "time_limit_s": args.time_limit, "out": args.out, "note": args.note}
+             "agent_s": args.agent_s, "auto": False if args.no_auto else None, "time_limit_s": args.time_limit, "out": args.out, "note": args.note,
+             "resume": args.resume}
     base = QUICK if args.quick else Settings()
     settings = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
     try:
         select_programs(settings.programs)
     except KeyError as e:
         p.error(e.args[0])
+    if settings.resume and not settings.out:
+        p.error("--resume needs --out (the report to continue)")
+    if settings.resume:
+        try:
+            resumed(settings)
+        except ValueError as e:
+            p.error(str(e))
     return settings
+
+
+#: Settings a resumed run may change: where the report goes, its note, and resuming itself.
+_FREE_SETTINGS = ("out", "note", "resume")
+
+
+def resumed(settings: Settings, platform: tuple | None = None) -> tuple[dict, list]:
+    """``(environment, rows)`` of ``settings.out``'s report to continue (empty when there is
+    none); ValueError where it was made with other settings or, given ``platform``
+    ``(platform, device_kind)``, on another kind of device."""
+    path = os.path.join(settings.out, "report.json")
+    if not os.path.exists(path):
+        return {}, []
+    with open(path) as f:
+        report = json.load(f)
+    env = report["environment"]
+    mine = {k: v for k, v in json.loads(json.dumps(dataclasses.asdict(settings))).items() if k not in _FREE_SETTINGS}
+    theirs = {k: v for k, v in env.get("settings", {}).items() if k not in _FREE_SETTINGS}
+    if mine != theirs:
+        changed = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"{path} was made with other settings ({', '.join(changed)} differ); "
+                         f"use another --out, or leave out --resume to start anew")
+    if platform is not None and (env["platform"], env["device_kind"]) != platform:
+        raise ValueError(f"{path} was measured on {env['platform']} ({env['device_kind']}), this run would be on "
+                         f"{platform[0]} ({platform[1]}); use another --out")
+    return env, report["rows"]
 
 
 def select_programs(names) -> list:
@@ -506,10 +544,17 @@ def run(settings: Settings, argv=()) -> tuple[dict, list]:
     import alphagrad as ag
 
     env = environment(list(argv), settings)
-    agent = ag.from_pretrained() if settings.agent_s > 0 else None
     device = jax.devices()[0]
     rows: list = []
+    if settings.resume:
+        before, rows = resumed(settings, (device.platform, device.device_kind))
+        if before:
+            env = dict(before, resumed=before.get("resumed", []) + [env["started"]])
+    done = {r["program"] for r in rows}
+    agent = ag.from_pretrained() if settings.agent_s > 0 else None
     for ex in select_programs(settings.programs):
+        if ex.name in done:
+            continue
         t = time.perf_counter()
         try:
             prog = _program(ex, settings, agent)
@@ -554,8 +599,8 @@ def markdown(env: dict, rows: list) -> str:
              f"{env['cpu_cores']} CPU cores; load average {env['load_start']:.2f} at the start, "
              f"{env.get('load_end', env['load_start']):.2f} at the end",
              f"- JAX {env['jax']} (jaxlib {env['jaxlib']}), alphagrad {env['alphagrad']}, Python {env['python']}; "
-             f"started {env['started']}",
-             f"- command: `{env['command']}`"]
+             f"started {env['started']}" + "".join(f", resumed {t}" for t in env.get("resumed", [])),
+             f"- command: `{env['command']}`" + (" (then again with --resume)" if env.get("resumed") else "")]
     if env["note"]:
         lines.append(f"- note: {env['note']}")
     lines += [f"- per-sample Jacobians `jax.jit(jax.vmap(J))`, median of up to {s['repeats']} round-robin rounds "

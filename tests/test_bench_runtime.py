@@ -62,9 +62,33 @@ def test_a_batch_over_free_memory_is_skipped_not_run(monkeypatch):
     assert {r["status"] for r in rows} == {"skipped"} and all("does not fit" in r["reason"] for r in rows)
 
 
+def test_a_run_cut_short_resumes_where_it_stopped(tmp_path, capsys):
+    """--resume keeps the programs the report holds (not measured again) and measures the
+    rest; a report made with other settings is refused before any work."""
+    out = tmp_path / "r"
+    argv = ["--programs", "PropaneCombustion,HumanHeartDipole", "--batches", "1", "--repeats", "1",
+            "--anneal-s", "0", "--agent-s", "0", "--no-auto", "--out", str(out)]
+    assert BR.main(argv) == 0
+    report = json.loads((out / "report.json").read_text())
+    kept = [r for r in report["rows"] if r["program"] == "PropaneCombustion"]
+    cut = dict(report, rows=kept)  # as if the run had been stopped after its first program
+    (out / "report.json").write_text(json.dumps(cut))
+    assert BR.main(argv + ["--resume"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert [r for r in again["rows"] if r["program"] == "PropaneCombustion"] == kept
+    assert {r["method"] for r in again["rows"] if r["program"] == "HumanHeartDipole"} == {
+        "jacfwd", "jacrev", "forward", "reverse", "markowitz"}
+    assert again["environment"]["started"] == report["environment"]["started"]
+    assert len(again["environment"]["resumed"]) == 1 and "resumed" in (out / "report.md").read_text()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        BR.main([a if a != "1" else "2" for a in argv] + ["--resume"])
+    assert e.value.code == 2 and "other settings" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [
     ["--batches", "0,2"], ["--batches", "x"], ["--repeats", "0"], ["--anneal-s", "-1"], ["--agent-s", "nan"],
-    ["--time-limit", "0"], ["--programs", "NoSuchProgram"], ["--programs", ","], ["--bogus"],
+    ["--time-limit", "0"], ["--programs", "NoSuchProgram"], ["--programs", ","], ["--bogus"], ["--resume"],
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys, monkeypatch):
     monkeypatch.setattr(BR, "run", lambda *a: pytest.fail("work started despite bad arguments"))
