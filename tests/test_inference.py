@@ -197,7 +197,8 @@ def test_an_error_in_the_networks_thread_reaches_the_caller(graph):
 @pytest.mark.parametrize("field, value", [("samples", -1), ("samples", 1.5), ("temperature", 0.0),
                                           ("temperature", float("nan")), ("sample_fraction", 1.5),
                                           ("opening", -0.1), ("opening_share", True), ("late_start", 1),
-                                          ("anneal", "yes")])
+                                          ("anneal", "yes"), ("periodic_above", -1), ("periodic_share", 2.0),
+                                          ("periodic_max_s", float("inf"))])
 def test_settings_out_of_range_are_clear_errors(field, value):
     with pytest.raises(ValueError, match=f"{field} = "):
         InferenceSettings(**{field: value})
@@ -241,3 +242,34 @@ def test_ctrl_c_during_annealing_returns_the_best_complete_order_with_a_warning(
         r = find_order(graph, lambda *a, **k: _Fixed(good), 5.0, 0, InferenceSettings(samples=0))
     assert r.cost == ag.cost(graph, r.order) == ag.cost(graph, good) and r.method == "network greedy"
     assert sorted(r.order) == sorted(graph.intermediates) and r.seconds < 1.0
+
+
+def test_a_large_looped_graph_gets_a_loop_periodic_start(monkeypatch):
+    """Above ``periodic_above`` intermediates, in a graph with a traced loop, the best
+    loop-periodic order is searched, offered and handed to annealing: as its only start
+    where it is cheaper than every baseline, else beside them. Below the threshold, or
+    without a loop, annealing starts from the baselines as before."""
+    from alphagrad.examples import real
+
+    calls = []
+    original = inference.anneal
+
+    def spy(g, **kw):
+        calls.append(kw)
+        return original(g, **kw)
+
+    monkeypatch.setattr(inference, "anneal", spy)
+    ex = real.make_pendulum_chain(n=4, steps=4)
+    looped = ag.trace(ex.fn, *ex.args)
+    none = lambda *a, **k: None  # noqa: E731 - no network: baselines, the periodic start, annealing
+    r = find_order(looped, none, 0.6, 0, InferenceSettings(periodic_above=0))
+    assert "loop-periodic" in {stage for _, _, stage in r.history}
+    periodic = ag.baselines.periodic(looped, moves=2000, seed=0)
+    baselines = min(ag.cost(looped, o) for o in ("fwd", "rev", "markowitz"))
+    assert ag.cost(looped, periodic) < baselines  # so it is annealing's only start
+    (call,) = calls
+    assert len(call["start"]) == 1 and ag.cost(looped, call["start"][0]) < baselines
+    assert r.cost == ag.cost(looped, r.order) <= ag.cost(looped, call["start"][0])
+    calls.clear()
+    r = find_order(looped, none, 0.3, 0)  # the default threshold: a graph this small has none
+    assert "loop-periodic" not in {stage for _, _, stage in r.history} and len(calls[0]["start"]) == 3
