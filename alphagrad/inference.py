@@ -90,8 +90,8 @@ class InferenceSettings:
         left (at most ``periodic_max_s`` seconds), joins annealing's starts (replaces
         them where it is cheaper than every baseline). Where annealing starves it is a
         deep start (N-body RK4 of 150 steps, 10,498 intermediates, 2 cores, x the best
-        baseline: the agent at 5 s 0.9992 without it, 0.876 with it; annealing alone at
-        20 s 0.875). 0 share: never.
+        baseline: the agent at 5 s 0.999 without it, 0.876-0.910 with it; at 20 s 0.874
+        and 0.844). 0 share: never.
       annealing: the :class:`alphagrad.anneal.AnnealSettings` of the annealing stages.
         The default is the nested schedule, with the network's greedy order taken at a
         fixed cycle (see ``alphagrad.anneal.anneal``'s ``late``): a longer budget repeats
@@ -427,7 +427,7 @@ class Schedule:
         cost = self.offer(order, "loop-periodic")
         # cheaper than every baseline, it is annealing's only start: in a graph this large the
         # baselines' chains do not reach its basin in time (N-body RK4 x150 at 5 s: 0.876 x the
-        # best baseline alone, 0.917 beside the baselines)
+        # best baseline alone, 0.917 beside the baselines, in one pair of runs)
         self.starts = {"loop-periodic": order} if cost < min(self.costs.values()) else {
             **self.starts, "loop-periodic": order}
 
