@@ -1,7 +1,8 @@
 """Real programs of 10,000+ intermediates end to end (issue 61): ``python -m eval.bench_scale``.
 
 For each program and method, a fresh process traces the program, gets the order
-(``fwd``, ``rev`` or ``anneal`` for ``--anneal-s`` seconds), builds
+(``fwd``, ``rev``, ``anneal`` for ``--anneal-s`` seconds, or ``periodic``: the best
+loop-periodic order, :func:`alphagrad.baselines.periodic`, searched as long), builds
 ``alphagrad.jacobian(f, order)`` and calls it twice: the first call compiles (graphs of
 more than ``interpreter.CHUNK_ABOVE`` intermediates run as jitted chunks, compiled side
 by side on a pool of threads), the second is the steady call. ``jax.jacrev`` gets the
@@ -10,7 +11,7 @@ Jacobian's largest difference from ``jax.jacrev``'s (relative to its largest ent
 ``report.json`` and ``report.md`` under ``--out``.
 
     python -m eval.bench_scale --out DIR [--programs nbody:150,transformer:24]
-        [--methods fwd,rev,anneal,jax.jacrev] [--anneal-s 10] [--timeout 900]
+        [--methods fwd,rev,anneal,periodic,jax.jacrev] [--anneal-s 10] [--timeout 900]
 
 Programs: ``nbody:S`` is :func:`alphagrad.examples.real.make_nbody` with S RK4 steps
 (70 intermediates a step), ``transformer:L`` :func:`~alphagrad.examples.real.make_transformer`
@@ -30,7 +31,7 @@ import time
 
 from eval.common import fmt, md_table, write_report
 
-METHODS = ("fwd", "rev", "anneal", "jax.jacrev")
+METHODS = ("fwd", "rev", "anneal", "periodic", "jax.jacrev")
 
 
 def _example(spec: str):
@@ -64,7 +65,8 @@ def run_one(spec: str, method: str, anneal_s: float) -> dict:
     else:
         graph = ag.trace(ex.fn, *ex.args, max_equations=10**8)
         t1 = time.perf_counter()
-        order = ag.baselines.anneal(graph, budget_s=anneal_s) if method == "anneal" else method
+        search = {"anneal": ag.baselines.anneal, "periodic": ag.baselines.periodic}.get(method)
+        order = search(graph, budget_s=anneal_s) if search else method
         t2 = time.perf_counter()
         row.update(intermediates=len(graph.intermediates), trace_s=t1 - t0, order_s=t2 - t1,
                    mults=ag.cost(graph, order))
@@ -112,7 +114,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="directory for report.json and report.md")
     p.add_argument("--programs", default="nbody:150", help="comma-separated nbody:STEPS / transformer:LAYERS")
     p.add_argument("--methods", default="fwd,anneal,jax.jacrev", help=f"comma-separated of {METHODS}")
-    p.add_argument("--anneal-s", type=float, default=10.0, help="seconds of annealing for the anneal method")
+    p.add_argument("--anneal-s", type=float, default=10.0, help="seconds of search for anneal and periodic")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds per program and method")
     p.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
