@@ -97,8 +97,8 @@ def periodic(graph: Graph, budget_s: float | None = 2.0, moves: int | None = Non
 
     Raises:
       ValueError: ``graph`` has no loop of two or more iterations (write the loop with
-        ``lax.fori_loop`` or ``lax.scan``, or use :func:`alphagrad.anneal.anneal`); ``budget_s`` and ``moves`` both
-        None or not positive.
+        ``lax.fori_loop`` or ``lax.scan``, or use :func:`alphagrad.anneal.anneal`);
+        ``budget_s`` and ``moves`` both None or not positive.
     """
     if moves is None and (budget_s is None or not budget_s > 0):
         raise ValueError(f"periodic needs budget_s > 0 or moves, got budget_s={budget_s!r}, moves={moves!r}")
@@ -116,9 +116,10 @@ def periodic(graph: Graph, budget_s: float | None = 2.0, moves: int | None = Non
     for k, forward in enumerate((True, False)):
         rng = random.Random(seed * 2 + k)
         pattern = list(range(its.size)) if forward else list(range(its.size))[::-1]
-        cost = evaluator.cost(its.order(pattern, forward))
+        order = its.order(pattern, forward)
+        cost = evaluator.cost(order)
         if cost < best_cost:
-            best, best_cost = its.order(pattern, forward), cost
+            best, best_cost = order, cost
         start, t0, done = 0.02 * cost, time.perf_counter(), 0
         while True:
             left = (1 - done / moves) if moves is not None else 1 - (time.perf_counter() - t0) / (budget_s / 2)
@@ -127,10 +128,11 @@ def periodic(graph: Graph, budget_s: float | None = 2.0, moves: int | None = Non
             i, j = rng.randrange(its.size), rng.randrange(its.size)
             trial = pattern[:]
             trial.insert(j, trial.pop(i))
-            c = evaluator.cost(its.order(trial, forward))
+            order = its.order(trial, forward)
+            c = evaluator.cost(order)
             done += 1
             if c <= cost or rng.random() < math.exp(max((cost - c) / max(start * left, 1e-9), -700.0)):
                 pattern, cost = trial, c
                 if c < best_cost:
-                    best, best_cost = its.order(trial, forward), c
+                    best, best_cost = order, c
     return best

@@ -19,6 +19,20 @@ def graph():
     return ag.trace(ex.fn, *ex.args)
 
 
+@pytest.fixture
+def anneal_calls(monkeypatch):
+    """The keyword arguments of every call the schedule makes to anneal (which still runs)."""
+    calls = []
+    original = inference.anneal
+
+    def spy(g, **kw):
+        calls.append(kw)
+        return original(g, **kw)
+
+    monkeypatch.setattr(inference, "anneal", spy)
+    return calls
+
+
 def _scale(graph):
     return max(min(ag.cost(graph, o) for o in ("fwd", "rev", "markowitz")), 1)
 
@@ -49,17 +63,11 @@ def test_the_schedule_with_a_control_is_never_worse_than_the_baselines_and_recor
     assert without.network_cost is None and without.cost <= without.best_baseline
 
 
-def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_default(graph, monkeypatch):
+def test_the_opening_stage_anneals_after_the_players_opening_and_is_off_by_default(graph, monkeypatch,
+                                                                                    anneal_calls):
     from alphagrad import anneal, baselines
 
-    calls = []
-    real = baselines.anneal
-
-    def spy(g, **kw):
-        calls.append(kw)
-        return real(g, **kw)
-
-    monkeypatch.setattr(inference, "anneal", spy)
+    calls = anneal_calls
     player = ControlPlayer("markowitz", graph, _scale(graph), Evaluator(graph))
     r = find_order(graph, lambda *a, **k: player, 0.4, 0, InferenceSettings(samples=0, opening=0.5))
     n = len(graph.intermediates)
@@ -244,21 +252,14 @@ def test_ctrl_c_during_annealing_returns_the_best_complete_order_with_a_warning(
     assert sorted(r.order) == sorted(graph.intermediates) and r.seconds < 1.0
 
 
-def test_a_large_looped_graph_gets_a_loop_periodic_start(monkeypatch):
+def test_a_large_looped_graph_gets_a_loop_periodic_start(anneal_calls):
     """Above ``periodic_above`` intermediates, in a graph with a traced loop, the best
     loop-periodic order is searched, offered and handed to annealing: as its only start
     where it is cheaper than every baseline, else beside them. Below the threshold, or
     without a loop, annealing starts from the baselines as before."""
     from alphagrad.examples import real
 
-    calls = []
-    original = inference.anneal
-
-    def spy(g, **kw):
-        calls.append(kw)
-        return original(g, **kw)
-
-    monkeypatch.setattr(inference, "anneal", spy)
+    calls = anneal_calls
     ex = real.make_pendulum_chain(n=4, steps=4)
     looped = ag.trace(ex.fn, *ex.args)
     none = lambda *a, **k: None  # noqa: E731 - no network: baselines, the periodic start, annealing
